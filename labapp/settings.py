@@ -1,0 +1,205 @@
+"""One settings module for every environment; values come from labapp.env."""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.translation import gettext_lazy as _
+
+from labapp.env import env_bool, env_choice, env_int, env_list, env_str, env_url, is_set
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+DATA_DIR = (BASE_DIR / env_str("DATA_DIR")).resolve()
+
+LAB_MODE = env_choice("LAB_MODE", ("local", "class"))
+DEBUG = env_bool("DEBUG")
+
+
+def _secret_key() -> str:
+    if is_set("SECRET_KEY"):
+        key = env_str("SECRET_KEY")
+        if len(key) < 32:
+            raise ImproperlyConfigured("SECRET_KEY is too short: use at least 32 random characters")
+        return key
+    if LAB_MODE == "class":
+        raise ImproperlyConfigured("SECRET_KEY must be set when LAB_MODE=class")
+    # Local mode: one learner on their own machine; keep a generated key in data/.
+    path = DATA_DIR / "secret_key"
+    if not path.exists():
+        DATA_DIR.mkdir(parents=True, exist_ok=True)
+        path.write_text(secrets.token_urlsafe(50))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS")
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "channels",
+    "django_htmx",
+    "labapp",
+    "rag",
+    "bench",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "labapp.middleware.KoreanFirstMiddleware",
+    "django.middleware.locale.LocaleMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "labapp.urls"
+ASGI_APPLICATION = "labapp.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.template.context_processors.i18n",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+
+def _database() -> dict[str, object]:
+    url = env_str("DATABASE_URL")
+    if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
+        # A relative SQLite path is relative to the checkout, not the current directory.
+        url = f"sqlite:///{(BASE_DIR / url.removeprefix('sqlite:///')).resolve()}"
+    try:
+        config = dict(dj_database_url.parse(url, conn_max_age=60, conn_health_checks=True))
+    except Exception as exc:  # the parser raises several types for one problem: a bad URL
+        raise ImproperlyConfigured(f"DATABASE_URL={url!r} is not a database URL: {exc}") from None
+    engine = str(config.get("ENGINE", ""))
+    if engine not in ("django.db.backends.sqlite3", "django.db.backends.postgresql"):
+        raise ImproperlyConfigured(f"DATABASE_URL={url!r}: only sqlite:/// and postgres:// are supported")
+    if engine.endswith("sqlite3"):
+        Path(str(config["NAME"])).parent.mkdir(parents=True, exist_ok=True)
+        config["CONN_MAX_AGE"] = 0
+        config["OPTIONS"] = {"timeout": 20, "transaction_mode": "IMMEDIATE"}
+    return config
+
+
+DATABASES = {"default": _database()}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# Embedded services listen on loopback ports; a URL in the environment means "use that one".
+REDIS_EMBEDDED = not is_set("REDIS_URL")
+REDIS_URL = (
+    f"redis://127.0.0.1:{env_int('REDIS_PORT', minimum=1, maximum=65535)}/0"
+    if REDIS_EMBEDDED
+    else env_url("REDIS_URL", schemes=("redis", "rediss"))
+)
+CHROMA_EMBEDDED = not is_set("CHROMA_URL")
+CHROMA_URL = (
+    f"http://127.0.0.1:{env_int('CHROMA_PORT', minimum=1, maximum=65535)}"
+    if CHROMA_EMBEDDED
+    else env_url("CHROMA_URL", schemes=("http", "https"))
+)
+VLLM_EMBEDDED = not is_set("VLLM_BASE_URL")
+VLLM_BASE_URL = (
+    f"http://127.0.0.1:{env_int('VLLM_PORT', minimum=1, maximum=65535)}"
+    if VLLM_EMBEDDED
+    else env_url("VLLM_BASE_URL", schemes=("http", "https")).removesuffix("/v1")
+)
+# Empty: the embedded engine's model, or whatever the external server lists first.
+VLLM_MODEL = env_str("VLLM_MODEL")
+VLLM_MAX_MODEL_LEN = env_int("VLLM_MAX_MODEL_LEN", minimum=256, maximum=1_048_576)
+EMBEDDING_MODEL = env_str("EMBEDDING_MODEL")
+WEB_HOST = env_str("WEB_HOST")
+WEB_PORT = env_int("WEB_PORT", minimum=1, maximum=65535)
+VLLM_CPU_THREADS = env_str("VLLM_CPU_THREADS")
+
+CHANNEL_LAYERS = {
+    "default": {
+        "BACKEND": "channels_redis.core.RedisChannelLayer",
+        "CONFIG": {"hosts": [REDIS_URL]},
+    }
+}
+
+CELERY_BROKER_URL = REDIS_URL
+CELERY_RESULT_BACKEND = REDIS_URL
+CELERY_TASK_DEFAULT_QUEUE = "default"
+CELERY_TASK_ROUTES = {"bench.tasks.*": {"queue": "bench"}}
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 2 * 3600}
+CELERY_RESULT_EXPIRES = 3600
+
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "ko"
+LANGUAGES = [("ko", _("한국어")), ("en", _("English"))]
+LOCALE_PATHS = [BASE_DIR / "locale"]
+TIME_ZONE = "Asia/Seoul"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = DATA_DIR / "static"
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+STATICFILES_DIRS = [BASE_DIR / "labapp" / "static"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = DEBUG
+
+# Deployment hardening applies whenever the site is a class server.
+if LAB_MODE == "class" and not DEBUG:
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT")
+    SECURE_HSTS_SECONDS = 3600
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_CONTENT_TYPE_NOSNIFF = True
+    # Joining the browsers' HSTS preload list is the operator's call for their own domain.
+    SILENCED_SYSTEM_CHECKS = ["security.W021"]
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": "INFO"},
+    "loggers": {"httpx": {"level": "WARNING"}, "chromadb": {"level": "WARNING"}},
+}

@@ -1,0 +1,1 @@
+"""The embedded service stack that `make run` supervises (see Procfile)."""

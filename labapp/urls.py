@@ -1,0 +1,15 @@
+from django.contrib import admin
+from django.urls import include, path
+
+from labapp import views
+
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("chapter/<slug:slug>/", views.chapter_section, name="chapter_section"),
+    path("status/", views.status_page, name="status"),
+    path("status.json", views.status_json, name="status_json"),
+    path("status/banner/", views.status_banner, name="status_banner"),
+    path("healthz", views.healthz, name="healthz"),
+    path("i18n/", include("django.conf.urls.i18n")),
+    path("admin/", admin.site.urls),
+]

@@ -1,0 +1,100 @@
+"""The only chromadb import: a lazily created HTTP client to the Chroma server.
+
+Web and worker processes both talk to one Chroma server (embedded `chroma run`
+or CHROMA_URL) rather than opening one persistent directory from two processes.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from django.conf import settings
+
+if TYPE_CHECKING:
+    from chromadb.api import ClientAPI
+    from chromadb.api.models.Collection import Collection
+
+_lock = threading.Lock()
+_client: ClientAPI | None = None
+
+
+class RetrievalUnavailable(RuntimeError):
+    """Chroma could not be reached; callers say "retrieval unavailable"."""
+
+
+def client() -> ClientAPI:
+    global _client
+    with _lock:
+        if _client is None:
+            import chromadb
+            from chromadb.config import Settings as ChromaSettings
+
+            url = urlsplit(settings.CHROMA_URL)
+            try:
+                _client = chromadb.HttpClient(
+                    host=url.hostname or "127.0.0.1",
+                    port=url.port or (443 if url.scheme == "https" else 80),
+                    ssl=url.scheme == "https",
+                    settings=ChromaSettings(anonymized_telemetry=False),
+                )
+            except Exception as exc:  # chromadb raises several types for "not reachable"
+                raise RetrievalUnavailable(f"Chroma at {settings.CHROMA_URL} is unreachable: {exc}") from exc
+        return _client
+
+
+@dataclass(frozen=True)
+class ChromaInfo:
+    version: str
+    heartbeat_ns: int
+
+
+def info() -> ChromaInfo:
+    try:
+        api = client()
+        return ChromaInfo(version=str(api.get_version()), heartbeat_ns=int(api.heartbeat()))
+    except RetrievalUnavailable:
+        raise
+    except Exception as exc:
+        raise RetrievalUnavailable(f"Chroma at {settings.CHROMA_URL} is unreachable: {exc}") from exc
+
+
+def collection(name: str) -> Collection:
+    # Vectors come from rag.embeddings; Chroma only stores and searches them.
+    return client().get_or_create_collection(name=name, metadata={"hnsw:space": "cosine"}, embedding_function=None)
+
+
+def upsert(
+    name: str, *, ids: list[str], embeddings: list[list[float]], documents: list[str], metadatas: list[dict[str, Any]]
+) -> None:
+    collection(name).upsert(ids=ids, embeddings=embeddings, documents=documents, metadatas=metadatas)  # type: ignore[arg-type]
+
+
+def delete_where(name: str, where: dict[str, Any]) -> None:
+    collection(name).delete(where=where)
+
+
+@dataclass(frozen=True)
+class Hit:
+    id: str
+    document: str
+    metadata: dict[str, Any]
+    distance: float
+
+
+def query(name: str, *, embedding: list[float], k: int, where: dict[str, Any] | None = None) -> list[Hit]:
+    result = collection(name).query(query_embeddings=[embedding], n_results=k, where=where)  # type: ignore[arg-type]
+    ids = result["ids"][0]
+    docs = (result.get("documents") or [[]])[0]
+    metas = (result.get("metadatas") or [[]])[0]
+    dists = (result.get("distances") or [[]])[0]
+    return [
+        Hit(id=i, document=d, metadata=dict(m or {}), distance=float(x))
+        for i, d, m, x in zip(ids, docs, metas, dists, strict=True)
+    ]
+
+
+def count(name: str) -> int:
+    return collection(name).count()

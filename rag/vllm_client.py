@@ -1,0 +1,140 @@
+"""The only HTTP client for vLLM (any OpenAI-compatible server).
+
+Streams with usage and vLLM's per-request metrics, timestamps every chunk with
+``time.perf_counter()`` in this process and hands the raw timestamps to
+``bench.metrics``.  A failed request is returned as a record with its error;
+nothing here raises past the caller for a request that went wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from django.conf import settings
+
+from bench.metrics import RequestRecord, apply_chunk
+
+OnText = Callable[[str, RequestRecord], Awaitable[None]]
+
+
+class EngineUnavailable(RuntimeError):
+    """The vLLM server could not be reached or answered with an error."""
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    base_url: str
+    version: str
+    model: str
+    max_model_len: int | None
+    models: list[str]
+
+
+def base_url() -> str:
+    return str(settings.VLLM_BASE_URL)
+
+
+def engine_info(*, timeout: float = 3.0) -> EngineInfo:
+    """Version, served models and max model length, or EngineUnavailable with the reason."""
+    url = base_url()
+    try:
+        with httpx.Client(base_url=url, timeout=timeout) as http:
+            health = http.get("/health")
+            health.raise_for_status()
+            models = http.get("/v1/models")
+            models.raise_for_status()
+            version_response = http.get("/version")
+            version = version_response.json().get("version", "?") if version_response.status_code == 200 else "?"
+    except httpx.HTTPError as exc:
+        raise EngineUnavailable(f"vLLM at {url}: {type(exc).__name__}: {exc}") from exc
+    cards: list[dict[str, Any]] = models.json().get("data", [])
+    if not cards:
+        raise EngineUnavailable(f"vLLM at {url} serves no model")
+    wanted = settings.VLLM_MODEL
+    card = next((c for c in cards if c.get("id") == wanted), None) if wanted else cards[0]
+    if card is None:
+        raise EngineUnavailable(
+            f"vLLM at {url} does not serve VLLM_MODEL={wanted!r} "
+            f"(it serves {', '.join(str(c.get('id')) for c in cards)})"
+        )
+    return EngineInfo(
+        base_url=url,
+        version=str(version),
+        model=str(card["id"]),
+        max_model_len=card.get("max_model_len"),
+        models=[str(c.get("id")) for c in cards],
+    )
+
+
+def model_name() -> str:
+    if settings.VLLM_MODEL:
+        return str(settings.VLLM_MODEL)
+    return engine_info().model
+
+
+async def stream_completion(
+    prompt: str,
+    *,
+    max_tokens: int,
+    model: str | None = None,
+    temperature: float = 0.0,
+    ignore_eos: bool = False,
+    on_text: OnText | None = None,
+    client: httpx.AsyncClient | None = None,
+    timeout: float = 600.0,
+) -> RequestRecord:
+    """Stream one /v1/completions request and return its measured record."""
+    payload: dict[str, Any] = {
+        "model": model or model_name(),
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+        "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+    }
+    if ignore_eos:
+        payload["ignore_eos"] = True
+    return await _stream("/v1/completions", payload, on_text=on_text, client=client, timeout=timeout)
+
+
+async def _stream(
+    path: str, payload: dict[str, Any], *, on_text: OnText | None, client: httpx.AsyncClient | None, timeout: float
+) -> RequestRecord:
+    record = RequestRecord()
+    own_client = client is None
+    http = client or httpx.AsyncClient(base_url=base_url(), timeout=httpx.Timeout(timeout, connect=5.0))
+    try:
+        record.t_send = time.perf_counter()
+        async with http.stream("POST", path, json=payload) as response:
+            if response.status_code != 200:
+                body = (await response.aread()).decode(errors="replace")[:500]
+                record.error = f"HTTP {response.status_code}: {body}"
+                return record
+            async for line in response.aiter_lines():
+                now = time.perf_counter()
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    break
+                chunk = json.loads(data)
+                if "error" in chunk:
+                    record.error = str(chunk["error"])
+                    return record
+                text = apply_chunk(record, chunk, now)
+                if text and on_text is not None:
+                    await on_text(text, record)
+        record.success = bool(record.text_chunk_at) or record.output_tokens == 0
+        if not record.success and record.error is None:
+            record.error = "the stream ended without generated text"
+    except (httpx.HTTPError, json.JSONDecodeError) as exc:
+        record.error = f"{type(exc).__name__}: {exc} (vLLM at {base_url()})"
+    finally:
+        if own_client:
+            await http.aclose()
+    return record

@@ -1,0 +1,116 @@
+"""Session-scoped real services, started once per test run and reused by every test."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from tests import harness
+
+ROOT = Path(__file__).resolve().parent.parent
+_services: dict[str, harness.Service] = {}
+
+
+def _start_once(name: str) -> harness.Service:
+    if name not in _services:
+        _services[name] = harness.start(name)
+    return _services[name]
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # The engine takes the longest to come up: start it while the unit tests run.
+    if settings.VLLM_EMBEDDED and any("engine" in getattr(item, "fixturenames", ()) for item in session.items):
+        _start_once("engine")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    for service in reversed(list(_services.values())):
+        service.stop()
+    run_dir = Path(os.environ["LAB_TEST_DATA_DIR"])
+    if exitstatus == 0 and run_dir.parent.name == "tests":
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _running(name: str) -> harness.Service:
+    service = _start_once(name)
+    service.wait_ready()
+    return service
+
+
+@pytest.fixture(scope="session")
+def engine() -> str:
+    """Base URL of a real vLLM server: the harness's embedded engine or VLLM_BASE_URL."""
+    if settings.VLLM_EMBEDDED:
+        _running("engine")
+    return str(settings.VLLM_BASE_URL)
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> str:
+    if settings.REDIS_EMBEDDED:
+        _running("redis")
+    return str(settings.REDIS_URL)
+
+
+@pytest.fixture(scope="session")
+def chroma_server() -> str:
+    if settings.CHROMA_EMBEDDED:
+        _running("chroma")
+    return str(settings.CHROMA_URL)
+
+
+@pytest.fixture(scope="session")
+def migrated_database() -> None:
+    """The file database that the harness's web and worker processes share."""
+    subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, check=True)
+    subprocess.run([sys.executable, "manage.py", "load_chapter"], cwd=ROOT, check=True, capture_output=True)
+
+
+@pytest.fixture(scope="session")
+def celery_worker(redis_server: str, migrated_database: None) -> harness.Service:
+    from labapp.celery import app
+
+    service = _start_once("worker")
+    service.wait_ready(lambda: bool(app.control.ping(timeout=1.0)), timeout=120)
+    return service
+
+
+@pytest.fixture(scope="session")
+def web_server(redis_server: str, migrated_database: None) -> str:
+    _running("web")
+    return f"http://127.0.0.1:{settings.WEB_PORT}"
+
+
+@pytest.fixture(scope="session")
+def full_stack(
+    engine: str, redis_server: str, chroma_server: str, celery_worker: harness.Service, web_server: str
+) -> str:
+    return web_server
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[object]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(
+            executable_path="/usr/bin/chromium",
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
+        )
+        yield chromium
+        chromium.close()

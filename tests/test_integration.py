@@ -1,0 +1,128 @@
+"""Integration tests against the real parts, started once by the harness (tests/conftest.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+
+import pytest
+import websockets
+from websockets.typing import Origin
+
+from bench.metrics import RequestRecord
+from tests import aio
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_streamed_completion_from_the_real_engine_is_measured(engine: str) -> None:
+    from rag import vllm_client
+
+    info = vllm_client.engine_info()
+    assert info.model and info.version != "?" and info.max_model_len
+    seen: list[str] = []
+
+    async def on_text(text: str, record: RequestRecord) -> None:
+        seen.append(text)
+
+    # A unique prefix keeps the prefix cache out of this prefill measurement.
+    prompt = f"[{uuid.uuid4()}] 자료: 연차는 입사 첫해에 15일입니다.\n질문: 연차는 며칠인가요?\n답:"
+    record = aio.run(vllm_client.stream_completion(prompt, max_tokens=24, ignore_eos=True, on_text=on_text))
+    assert record.success, record.error
+    assert record.output_tokens == 24 and record.prompt_tokens and record.prompt_tokens > 10
+    assert record.ttft is not None and record.ttft > 0
+    assert record.decode_time is not None and record.decode_time > 0
+    assert record.tpot is not None and record.tpot > 0
+    assert len(record.itl) == len(record.text_chunk_at) - 1 and len(seen) == len(record.text_chunk_at)
+    assert record.cached_tokens is not None  # --enable-prompt-tokens-details
+    # --enable-per-request-metrics: the server's own queue/prefill/decode split
+    assert record.prefill_time_server is not None and record.decode_time_server is not None
+    assert record.queue_time_server is not None
+    assert record.prefill_time_source == "server"
+    assert record.finish_reason == "length"
+
+
+def test_a_repeated_prompt_reuses_the_prefix_cache(engine: str) -> None:
+    from rag import vllm_client
+
+    prompt = f"[{uuid.uuid4()}] " + "프리필은 입력을 한 번에 처리합니다. " * 40
+    first = aio.run(vllm_client.stream_completion(prompt, max_tokens=2, ignore_eos=True))
+    second = aio.run(vllm_client.stream_completion(prompt, max_tokens=2, ignore_eos=True))
+    assert first.success and second.success
+    assert first.cached_tokens == 0
+    assert second.cached_tokens and second.cached_tokens > 0
+
+
+def test_a_celery_task_round_trips_through_redis_and_a_real_worker(celery_worker: object) -> None:
+    from labapp.tasks import ping
+
+    sent = time.time()
+    result = ping.delay(sent).get(timeout=60)
+    assert result["sent"] == sent
+    assert result["worker_time"] >= sent
+
+
+def test_chroma_stores_and_finds_an_embedded_text(chroma_server: str) -> None:
+    from rag import embeddings, vectorstore
+
+    name = f"test-{uuid.uuid4().hex[:8]}"
+    texts = ["디코드는 출력 토큰을 하나씩 만든다", "프리필은 프롬프트 전체를 한 번에 계산한다"]
+    vectorstore.upsert(
+        name,
+        ids=["decode", "prefill"],
+        embeddings=embeddings.embed(texts),
+        documents=texts,
+        metadatas=[{"source": "t"}, {"source": "t"}],
+    )
+    hits = vectorstore.query(name, embedding=embeddings.embed([texts[1]])[0], k=2)
+    assert hits[0].id == "prefill" and hits[0].distance < hits[1].distance
+    assert vectorstore.count(name) == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_building_the_chapter_index_twice_leaves_one_copy_of_each_chunk(chroma_server: str) -> None:
+    from labapp.services import chapter_load
+    from rag import vectorstore
+    from rag.services import CHAPTER_COLLECTION, chapter_index
+
+    chapter_load()
+    first = chapter_index()
+    second = chapter_index()
+    assert first.chunks > 0 and second.indexed == 0 and second.chunks == first.chunks
+    assert vectorstore.count(CHAPTER_COLLECTION) == first.chunks
+    forced = chapter_index(force=True)
+    assert vectorstore.count(CHAPTER_COLLECTION) == forced.chunks == first.chunks
+
+
+def _ws_round_trip(url: str, origin: str) -> dict[str, object]:
+    async def go() -> dict[str, object]:
+        async with websockets.connect(url, origin=Origin(origin), open_timeout=10) as socket:
+            await socket.send(json.dumps({"type": "ping", "sent": 1.5}))
+            return dict(json.loads(await asyncio.wait_for(socket.recv(), 10)))
+
+    return aio.run(go())
+
+
+def test_a_websocket_round_trips_through_daphne_and_the_channel_layer(web_server: str) -> None:
+    url = web_server.replace("http://", "ws://") + "/ws/ping/"
+    reply = _ws_round_trip(url, origin="http://localhost")
+    assert reply == {"type": "pong", "sent": 1.5, "via": "channel layer", "server_received": reply["server_received"]}
+
+
+def test_a_websocket_from_a_foreign_origin_is_refused(web_server: str) -> None:
+    url = web_server.replace("http://", "ws://") + "/ws/ping/"
+    with pytest.raises(websockets.exceptions.InvalidStatus):
+        _ws_round_trip(url, origin="http://evil.example")
+
+
+def test_a_websocket_gets_a_clear_error_for_a_bad_message(web_server: str) -> None:
+    url = web_server.replace("http://", "ws://") + "/ws/ping/"
+
+    async def go() -> dict[str, object]:
+        async with websockets.connect(url, origin=Origin("http://localhost")) as socket:
+            await socket.send(json.dumps({"type": "hello"}))
+            return dict(json.loads(await asyncio.wait_for(socket.recv(), 10)))
+
+    assert aio.run(go())["type"] == "error"
