@@ -50,16 +50,19 @@ def probe_database() -> dict[str, str]:
         connection.close()  # probes run in short-lived threads: do not leak a connection each
 
 
-def probe_redis() -> dict[str, str]:
+def _redis_ping(url: str) -> dict[str, str]:
     import redis
 
-    client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
+    client = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
     try:
         client.ping()
-        info = client.info("server")
+        return {"url": url, "version": str(client.info("server").get("redis_version", "?"))}
     finally:
         client.close()
-    return {"url": settings.REDIS_URL, "version": str(info.get("redis_version", "?"))}
+
+
+def probe_redis() -> dict[str, str]:
+    return _redis_ping(settings.REDIS_URL)
 
 
 def probe_chroma() -> dict[str, str]:
@@ -84,6 +87,10 @@ def probe_vllm() -> dict[str, str]:
 def probe_celery() -> dict[str, str]:
     from labapp.celery import app
 
+    try:
+        _redis_ping(settings.CELERY_BROKER_URL)  # fail fast: a control ping to a dead broker retries
+    except Exception as exc:
+        raise RuntimeError(f"the broker ({settings.CELERY_BROKER_URL}) is unreachable: {exc}") from exc
     replies = app.control.ping(timeout=1.5, limit=1)  # the first worker to answer
     if not replies:
         raise RuntimeError(f"no Celery worker answered a ping within 1.5 s (broker {settings.REDIS_URL})")
