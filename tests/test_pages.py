@@ -87,3 +87,13 @@ def test_the_status_page_shows_a_failing_component_red_with_its_error(
     data = client.get("/status.json").json()
     assert data["ok"] is False
     assert [c["ok"] for c in data["components"]] == [True, False, False, False]
+
+
+def test_the_database_is_the_one_database_url_names() -> None:
+    """CI runs the database tests a second time with DATABASE_URL=postgres://…: prove which one ran."""
+    import os
+
+    from django.db import connection
+
+    expected = "postgresql" if os.environ.get("DATABASE_URL", "").startswith("postgres") else "sqlite"
+    assert connection.vendor == expected
