@@ -42,6 +42,11 @@ VARIABLES: dict[str, Variable] = {
         Variable("VLLM_MODEL", "", "model name served by vLLM; empty = the embedded Gemma 3 270M"),
         Variable("VLLM_MAX_MODEL_LEN", "8192", "--max-model-len for the embedded engine"),
         Variable(
+            "VLLM_DTYPE",
+            "auto",
+            "embedded engine's --dtype; `auto` = bfloat16 on GPUs and bf16-capable CPUs, else float32",
+        ),
+        Variable(
             "VLLM_CPU_THREADS", "all", "embedded CPU engine: `all` binds every core, or a count/range such as 0-1"
         ),
         Variable(

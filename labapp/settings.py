@@ -137,6 +137,7 @@ EMBEDDING_MODEL = env_str("EMBEDDING_MODEL")
 WEB_HOST = env_str("WEB_HOST")
 WEB_PORT = env_int("WEB_PORT", minimum=1, maximum=65535)
 VLLM_CPU_THREADS = env_str("VLLM_CPU_THREADS")
+VLLM_DTYPE = env_choice("VLLM_DTYPE", ("auto", "bfloat16", "float16", "float32"))
 
 CHANNEL_LAYERS = {
     "default": {
