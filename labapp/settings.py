@@ -7,7 +7,6 @@ from pathlib import Path
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
-from django.utils.translation import gettext_lazy as _
 
 from labapp.env import env_bool, env_choice, env_int, env_list, env_str, env_url, is_set
 
@@ -167,7 +166,7 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 
 LANGUAGE_CODE = "ko"
-LANGUAGES = [("ko", _("한국어")), ("en", _("English"))]
+LANGUAGES = [("ko", "한국어"), ("en", "English")]  # each named in its own language
 LOCALE_PATHS = [BASE_DIR / "locale"]
 TIME_ZONE = "Asia/Seoul"
 USE_I18N = True

@@ -114,6 +114,8 @@ class ComponentProbe:
     # One-time work (imports, loading a model) done before the timed call, so the
     # round trip shown is the component's, not this process's start-up.
     warmup: Callable[[], object] | None = None
+    # CPU-bound probes run after the others, so they do not inflate their round trips.
+    cpu_bound: bool = False
 
 
 def _warm_chroma() -> object:
@@ -134,7 +136,7 @@ PROBES: list[ComponentProbe] = [
     ComponentProbe("chroma", "Chroma", probe_chroma, 5.0, _warm_chroma),
     ComponentProbe("vllm", "vLLM", probe_vllm, 6.0),
     ComponentProbe("celery", _("Celery 워커"), probe_celery, 6.0),
-    ComponentProbe("embeddings", _("임베딩 모델"), probe_embeddings, 5.0, _warm_embeddings),
+    ComponentProbe("embeddings", _("임베딩 모델"), probe_embeddings, 5.0, _warm_embeddings, cpu_bound=True),
 ]
 WARMUP_DEADLINE_S = 60.0  # the first embedding model load takes several seconds
 
@@ -169,7 +171,8 @@ def check_all() -> list[ComponentStatus]:
     try:
         warm = _run_all(pool, {p.key: (p.warmup, WARMUP_DEADLINE_S) for p in PROBES if p.warmup})
         ready = [p for p in PROBES if not isinstance(warm.get(p.key), BaseException)]
-        timed = _run_all(pool, {p.key: (partial(_timed, p.call), p.deadline_s) for p in ready})
+        timed = _run_all(pool, {p.key: (partial(_timed, p.call), p.deadline_s) for p in ready if not p.cpu_bound})
+        timed |= _run_all(pool, {p.key: (partial(_timed, p.call), p.deadline_s) for p in ready if p.cpu_bound})
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
     results: list[ComponentStatus] = []

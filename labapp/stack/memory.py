@@ -2,7 +2,7 @@
 
 Samples the proportional set size (PSS: shared pages split between the processes
 that share them, so nothing is counted twice) of PID and all its descendants
-every half second, and prints the peak in total and per command.
+every two seconds, and prints the peak in total and per command.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def main() -> int:
         parts = sample(root)
         if sum(parts.values()) > peak_total:
             peak_total, peak_parts = sum(parts.values()), parts
-        time.sleep(0.5)
+        time.sleep(2.0)
     print(f"peak PSS of the whole stack: {peak_total / 2**30:.2f} GiB")
     for name, size in sorted(peak_parts.items(), key=lambda item: -item[1]):
         print(f"  {name:<14} {size / 2**20:8.0f} MiB")
