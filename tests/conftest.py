@@ -75,11 +75,7 @@ def migrated_database() -> None:
 
 @pytest.fixture(scope="session")
 def celery_worker(redis_server: str, migrated_database: None) -> harness.Service:
-    from labapp.celery import app
-
-    service = _start_once("worker")
-    service.wait_ready(lambda: bool(app.control.ping(timeout=1.0)), timeout=120)
-    return service
+    return _running("worker")
 
 
 @pytest.fixture(scope="session")

@@ -244,6 +244,16 @@ def engine() -> Component:
     )
 
 
+def _worker_answers() -> bool:
+    from labapp.status import probe_celery
+
+    try:
+        probe_celery()
+    except Exception:  # not up yet (or its broker is not)
+        return False
+    return True
+
+
 def worker() -> Component:
     return Component(
         name="worker",
@@ -265,6 +275,7 @@ def worker() -> Component:
             "--without-mingle",
             "--without-gossip",
         ],
+        ready=_worker_answers,
         ready_timeout_s=120.0,
     )
 
