@@ -26,6 +26,10 @@ def model_name() -> str:
     return settings.EMBEDDING_MODEL or str(bundled_model_path())
 
 
+def is_bundled_model() -> bool:
+    return not settings.EMBEDDING_MODEL
+
+
 def model_label() -> str:
     return settings.EMBEDDING_MODEL or "all-MiniLM-L6-v2 (bundled)"
 

@@ -98,3 +98,14 @@ def query(name: str, *, embedding: list[float], k: int, where: dict[str, Any] | 
 
 def count(name: str) -> int:
     return collection(name).count()
+
+
+def get_where(name: str, where: dict[str, Any]) -> list[Hit]:
+    """Every stored chunk matching ``where`` (distance 0: not a search)."""
+    result = collection(name).get(where=where, include=["documents", "metadatas"])
+    docs = result.get("documents") or []
+    metas = result.get("metadatas") or []
+    return [
+        Hit(id=i, document=d, metadata=dict(m or {}), distance=0.0)
+        for i, d, m in zip(result["ids"], docs, metas, strict=True)
+    ]

@@ -126,3 +126,18 @@ def test_a_websocket_gets_a_clear_error_for_a_bad_message(web_server: str) -> No
             return dict(json.loads(await asyncio.wait_for(socket.recv(), 10)))
 
     assert aio.run(go())["type"] == "error"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_hybrid_retrieval_finds_korean_answers(chroma_server: str) -> None:
+    """Recall@5 on the Korean evaluation set (rag/eval/chapter_qa_ko.jsonl), 1000-character chunks."""
+    from labapp.services import chapter_load
+    from rag.evaluation import evaluate
+    from rag.services import chapter_index
+
+    chapter_load()
+    chapter_index()
+    recall = {row.mode: row for row in evaluate(chunk_size=1000, modes=("lexical", "hybrid"))}
+    assert recall["hybrid"].questions >= 40
+    assert recall["hybrid"].at_5 >= 0.9, recall["hybrid"].misses
+    assert recall["hybrid"].at_5 >= recall["lexical"].at_5 - 0.02
