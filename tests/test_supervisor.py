@@ -110,7 +110,7 @@ def test_make_run_serves_every_component_green_and_ctrl_c_leaves_no_orphans(
 ) -> None:
     with make_run(engine, tmp_path) as run:
         run.wait_for(r"\[web\] open http://localhost:\d+/")
-        run.wait_for(r"\[index\] finished")
+        run.wait_for(r"\[index\] finished", timeout=420)  # embeds ~500 chunks on a busy CPU
         page = browser.new_page(viewport={"width": 1280, "height": 900})  # type: ignore[attr-defined]
         page.goto(f"{run.web_url}/status/", timeout=120_000)
         rows = {
