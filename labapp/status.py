@@ -171,8 +171,10 @@ def check_all() -> list[ComponentStatus]:
     try:
         warm = _run_all(pool, {p.key: (p.warmup, WARMUP_DEADLINE_S) for p in PROBES if p.warmup})
         ready = [p for p in PROBES if not isinstance(warm.get(p.key), BaseException)]
-        timed = _run_all(pool, {p.key: (partial(_timed, p.call), p.deadline_s) for p in ready if not p.cpu_bound})
-        timed |= _run_all(pool, {p.key: (partial(_timed, p.call), p.deadline_s) for p in ready if p.cpu_bound})
+        timed: dict[str, Any] = {}
+        for cpu_bound in (False, True):
+            batch = [p for p in ready if p.cpu_bound is cpu_bound]
+            timed |= _run_all(pool, {p.key: (partial(_timed, p.call), p.deadline_s) for p in batch})
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
     results: list[ComponentStatus] = []

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from rag import embeddings, lexical, vectorstore
@@ -41,7 +41,6 @@ class RetrievalResult:
     embed_ms: float = 0.0
     search_ms: float = 0.0
     mode: Mode = "hybrid"
-    notes: list[str] = field(default_factory=list)
 
     @property
     def retrieval_ms(self) -> float:
@@ -88,7 +87,6 @@ def retrieve(
     top_k: int,
     language: str | None = None,
     mode: Mode = "hybrid",
-    min_score: float = 0.0,
 ) -> RetrievalResult:
     where = _where(chunk_size, language)
     result = RetrievalResult(chunks=[], mode=mode)
@@ -115,8 +113,6 @@ def retrieve(
         [[h.id for h in dense], [i for i, _ in lexical_hits]], weights=[dense_weight(question), 1.0]
     )
     ordered = sorted(fused, key=lambda chunk_id: -fused[chunk_id])
-    if min_score > 0 and mode != "lexical":
-        ordered = [i for i in ordered if dense_score.get(i, 0.0) >= min_score or i in lexical_rank]
     for rank, chunk_id in enumerate(ordered[:top_k], start=1):
         hit = known[chunk_id]
         result.chunks.append(

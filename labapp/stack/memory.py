@@ -22,7 +22,7 @@ def _label(process: psutil.Process) -> str:
         return "?"
     for marker in ("vllm", "celery", "daphne", "chroma", "redis-server", "labapp.stack", "honcho"):
         if any(marker in word for word in words):
-            return "vllm engine" if marker == "vllm" or "VLLM" in process.name() else marker
+            return "vllm engine" if marker == "vllm" else marker
     return str(process.name())
 
 
