@@ -48,7 +48,7 @@ class RetrievalResult:
 
 
 _lexical_lock = threading.Lock()
-_lexical_cache: dict[str, tuple[int, lexical.BM25Index, dict[str, vectorstore.Hit]]] = {}
+_lexical_cache: dict[str, tuple[tuple[int, str], lexical.BM25Index, dict[str, vectorstore.Hit]]] = {}
 
 
 def _where(chunk_size: int, language: str | None) -> dict[str, Any]:
@@ -59,17 +59,26 @@ def _where(chunk_size: int, language: str | None) -> dict[str, Any]:
 
 
 def _lexical_index(name: str, where: dict[str, Any]) -> tuple[lexical.BM25Index, dict[str, vectorstore.Hit]]:
-    """BM25 over the chunks that match ``where``, rebuilt when the collection changes size."""
+    """BM25 over the chunks that match ``where``, rebuilt whenever the collection changes.
+
+    A change is a different chunk count in Chroma or a newer indexing time in the
+    database: re-indexing an edited text can keep its chunk count.
+    """
+    from django.db.models import Max
+
+    from rag.models import IndexedSource
+
     key = f"{name}:{sorted(where.items())!r}"
-    size = vectorstore.count(name)
+    latest = IndexedSource.objects.filter(collection=name).aggregate(latest=Max("indexed_at"))["latest"]
+    version = (vectorstore.count(name), str(latest))
     with _lexical_lock:
         cached = _lexical_cache.get(key)
-        if cached and cached[0] == size:
+        if cached and cached[0] == version:
             return cached[1], cached[2]
     chunks = {hit.id: hit for hit in vectorstore.get_where(name, where)}
     index = lexical.BM25Index.build({chunk_id: hit.document for chunk_id, hit in chunks.items()})
     with _lexical_lock:
-        _lexical_cache[key] = (size, index, chunks)
+        _lexical_cache[key] = (version, index, chunks)
     return index, chunks
 
 

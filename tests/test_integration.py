@@ -141,3 +141,24 @@ def test_hybrid_retrieval_finds_korean_answers(chroma_server: str) -> None:
     assert recall["hybrid"].questions >= 40
     assert recall["hybrid"].at_5 >= 0.9, recall["hybrid"].misses
     assert recall["hybrid"].at_5 >= recall["lexical"].at_5 - 0.02
+
+
+@pytest.mark.django_db(transaction=True)
+def test_re_indexing_an_edited_text_refreshes_the_lexical_index(chroma_server: str) -> None:
+    from rag.retrieval import retrieve
+    from rag.services import source_index
+
+    name = f"test-{uuid.uuid4().hex[:8]}"
+    metadata = {"language": "ko", "slug": "s", "title": "t"}
+    source_index(
+        collection=name, source="doc", text="프리필은 입력을 한 번에 계산합니다.", metadata=metadata, sizes=(200,)
+    )
+    before = retrieve("프리필", collection=name, chunk_size=200, top_k=1, mode="lexical")
+    assert before.chunks and "프리필" in before.chunks[0].text
+    # Same length, same chunk count, other words: the cached index must not answer from the old text.
+    source_index(
+        collection=name, source="doc", text="디코드는 출력을 하나씩 생성합니다.", metadata=metadata, sizes=(200,)
+    )
+    after = retrieve("디코드", collection=name, chunk_size=200, top_k=1, mode="lexical")
+    assert after.chunks and "디코드" in after.chunks[0].text
+    assert retrieve("프리필", collection=name, chunk_size=200, top_k=1, mode="lexical").chunks == []
