@@ -13,9 +13,11 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from django.urls import path  # noqa: E402
 
 from labapp.consumers import PingConsumer  # noqa: E402
+from rag.consumers import ChatConsumer  # noqa: E402
 
 websocket_urlpatterns = [
     path("ws/ping/", PingConsumer.as_asgi()),
+    path("ws/chat/", ChatConsumer.as_asgi()),
 ]
 
 application = ProtocolTypeRouter(

@@ -52,6 +52,9 @@ VARIABLES: dict[str, Variable] = {
         Variable(
             "EMBEDDING_MODEL", "", "sentence-transformers model path or name; empty = the bundled all-MiniLM-L6-v2"
         ),
+        Variable(
+            "CHAT_TIMEOUT_S", "120", "chat: seconds to wait for vLLM (connect, each streamed chunk) before failing"
+        ),
         Variable("WEB_HOST", "127.0.0.1", "address Daphne listens on (0.0.0.0 for a class server)"),
         Variable("WEB_PORT", "8000", "port of the Daphne web server"),
         Variable("REDIS_PORT", "6399", "port of the embedded redis-server"),

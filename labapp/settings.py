@@ -63,12 +63,16 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "labapp.accounts.LocalLearnerMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
 ]
 
 ROOT_URLCONF = "labapp.urls"
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/"
 ASGI_APPLICATION = "labapp.asgi.application"
 
 TEMPLATES = [
@@ -133,6 +137,7 @@ VLLM_BASE_URL = (
 VLLM_MODEL = env_str("VLLM_MODEL")
 VLLM_MAX_MODEL_LEN = env_int("VLLM_MAX_MODEL_LEN", minimum=256, maximum=1_048_576)
 EMBEDDING_MODEL = env_str("EMBEDDING_MODEL")
+CHAT_TIMEOUT_S = env_int("CHAT_TIMEOUT_S", minimum=1, maximum=3600)
 WEB_HOST = env_str("WEB_HOST")
 WEB_PORT = env_int("WEB_PORT", minimum=1, maximum=65535)
 VLLM_CPU_THREADS = env_str("VLLM_CPU_THREADS")

@@ -10,6 +10,8 @@ urlpatterns = [
     path("status.json", views.status_json, name="status_json"),
     path("status/banner/", views.status_banner, name="status_banner"),
     path("healthz", views.healthz, name="healthz"),
+    path("accounts/", include("django.contrib.auth.urls")),
+    path("", include("rag.urls")),
     path("i18n/", include("django.conf.urls.i18n")),
     path("admin/", admin.site.urls),
 ]

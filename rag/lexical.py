@@ -38,12 +38,14 @@ class BM25Index:
     _docs: list[Counter[str]] = field(default_factory=list)
     _lengths: list[int] = field(default_factory=list)
     _df: Counter[str] = field(default_factory=Counter)
+    _positions: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def build(cls, documents: dict[str, str]) -> BM25Index:
         index = cls()
         for doc_id, text in documents.items():
             counts = Counter(terms(text))
+            index._positions[doc_id] = len(index.ids)
             index.ids.append(doc_id)
             index._docs.append(counts)
             index._lengths.append(sum(counts.values()))
@@ -69,6 +71,26 @@ class BM25Index:
                 scores.append((doc_id, score))
         scores.sort(key=lambda item: -item[1])
         return scores[:k]
+
+    def coverage(self, query: str, doc_id: str) -> float:
+        """Share of the question's terms found in one document, weighted by rarity (0..1).
+
+        Unlike BM25 or a fused rank it is comparable across questions, so it is
+        what the chat's relevance threshold applies to.
+        """
+        n = len(self.ids)
+        query_terms = set(terms(query))
+        if not query_terms or doc_id not in self._positions:
+            return 0.0
+        counts = self._docs[self._positions[doc_id]]
+
+        def idf(term: str) -> float:
+            df = self._df.get(term, 0)
+            return math.log(1 + (n - df + 0.5) / (df + 0.5))
+
+        total = sum(idf(term) for term in query_terms)
+        found = sum(idf(term) for term in query_terms if counts.get(term))
+        return found / total if total else 0.0
 
 
 def hangul_share(text: str) -> float:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 
 
@@ -17,3 +18,83 @@ class IndexedSource(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["collection", "source", "chunk_size"], name="unique_indexed_source"),
         ]
+
+
+class Document(models.Model):
+    """A learner's or instructor's uploaded text, ingested into their own collection."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", "queued"
+        INGESTING = "ingesting", "ingesting"
+        READY = "ready", "ready"
+        FAILED = "failed", "failed"
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="documents")
+    collection = models.CharField(max_length=100)
+    title = models.CharField(max_length=200)
+    filename = models.CharField(max_length=255)
+    kind = models.CharField(max_length=8)  # txt, md, pdf
+    size_bytes = models.PositiveIntegerField()
+    text = models.TextField()  # extracted text: what gets chunked
+    content_hash = models.CharField(max_length=64)
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.QUEUED)
+    progress = models.PositiveSmallIntegerField(default=0)  # percent
+    error = models.TextField(blank=True)
+    chunk_counts = models.JSONField(default=dict)  # {"200": n, "500": n, "1000": n}
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["collection", "filename"], name="unique_document_name_per_collection"),
+        ]
+
+    @property
+    def source(self) -> str:
+        return f"doc/{self.pk}"
+
+    def __str__(self) -> str:
+        return f"{self.title} ({self.collection})"
+
+
+class Conversation(models.Model):
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations")
+    title = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-updated_at"]
+
+    def __str__(self) -> str:
+        return self.title or f"conversation {self.pk}"
+
+
+class Answer(models.Model):
+    """One question and its streamed answer, with the settings and every measured number."""
+
+    class Status(models.TextChoices):
+        STREAMING = "streaming", "streaming"
+        DONE = "done", "done"
+        STOPPED = "stopped", "stopped"
+        FAILED = "failed", "failed"
+
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="answers")
+    # "Ask again with other settings": the answer this one is compared with.
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="retries")
+    question = models.TextField()
+    settings = models.JSONField(default=dict)
+    prompt = models.TextField(blank=True)
+    text = models.TextField(blank=True)
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.STREAMING)
+    error = models.TextField(blank=True)
+    sources = models.JSONField(default=list)
+    timings = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "pk"]
+
+    def __str__(self) -> str:
+        return self.question[:60]

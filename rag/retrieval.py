@@ -33,6 +33,7 @@ class RetrievedChunk:
     dense_rank: int | None
     lexical_score: float | None
     lexical_rank: int | None
+    relevance: float  # 0..1, see relevance(); the chat's threshold applies to it
 
 
 @dataclass
@@ -41,6 +42,7 @@ class RetrievalResult:
     embed_ms: float = 0.0
     search_ms: float = 0.0
     mode: Mode = "hybrid"
+    below_threshold: int = 0  # candidates in the top-k dropped by min_relevance
 
     @property
     def retrieval_ms(self) -> float:
@@ -96,6 +98,7 @@ def retrieve(
     top_k: int,
     language: str | None = None,
     mode: Mode = "hybrid",
+    min_relevance: float = 0.0,
 ) -> RetrievalResult:
     where = _where(chunk_size, language)
     result = RetrievalResult(chunks=[], mode=mode)
@@ -110,6 +113,7 @@ def retrieve(
     started = time.perf_counter()
     lexical_hits: list[tuple[str, float]] = []
     known: dict[str, vectorstore.Hit] = {hit.id: hit for hit in dense}
+    index: lexical.BM25Index | None = None
     if mode in ("lexical", "hybrid"):
         index, chunks = _lexical_index(collection, where)
         lexical_hits = index.search(question, CANDIDATES)
@@ -122,19 +126,33 @@ def retrieve(
         [[h.id for h in dense], [i for i, _ in lexical_hits]], weights=[dense_weight(question), 1.0]
     )
     ordered = sorted(fused, key=lambda chunk_id: -fused[chunk_id])
-    for rank, chunk_id in enumerate(ordered[:top_k], start=1):
+    weight = dense_weight(question)
+    for chunk_id in ordered[:top_k]:
         hit = known[chunk_id]
+        coverage = index.coverage(question, chunk_id) if index is not None else 0.0
+        similarity = max(0.0, dense_score.get(chunk_id, 0.0))
+        # The bundled English model's similarity means little for Korean: trust the terms there.
+        if mode == "dense":
+            relevance = similarity
+        elif mode == "lexical" or weight < 1.0:
+            relevance = coverage
+        else:
+            relevance = max(coverage, similarity)
+        if relevance < min_relevance:
+            result.below_threshold += 1
+            continue
         result.chunks.append(
             RetrievedChunk(
                 id=chunk_id,
                 text=hit.document,
                 metadata=hit.metadata,
-                rank=rank,
+                rank=len(result.chunks) + 1,
                 fused_score=fused[chunk_id],
                 dense_score=dense_score.get(chunk_id),
                 dense_rank=dense_rank.get(chunk_id),
                 lexical_score=lexical_score.get(chunk_id),
                 lexical_rank=lexical_rank.get(chunk_id),
+                relevance=round(relevance, 4),
             )
         )
     result.search_ms += (time.perf_counter() - started) * 1000

@@ -6,9 +6,11 @@ or CHROMA_URL) rather than opening one persistent directory from two processes.
 
 from __future__ import annotations
 
+import functools
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -17,6 +19,7 @@ if TYPE_CHECKING:
     from chromadb.api import ClientAPI
     from chromadb.api.models.Collection import Collection
 
+T = TypeVar("T")
 _lock = threading.Lock()
 _client: ClientAPI | None = None
 
@@ -61,17 +64,34 @@ def info() -> ChromaInfo:
         raise RetrievalUnavailable(f"Chroma at {settings.CHROMA_URL} is unreachable: {exc}") from exc
 
 
+def _guarded(call: Callable[..., T]) -> Callable[..., T]:
+    """Turn any failure to talk to the Chroma server into RetrievalUnavailable."""
+
+    @functools.wraps(call)
+    def wrapper(*args: Any, **kwargs: Any) -> T:
+        try:
+            return call(*args, **kwargs)
+        except RetrievalUnavailable:
+            raise
+        except Exception as exc:  # chromadb raises httpx, ValueError and its own types alike
+            raise RetrievalUnavailable(f"Chroma at {settings.CHROMA_URL}: {type(exc).__name__}: {exc}") from exc
+
+    return wrapper
+
+
 def collection(name: str) -> Collection:
     # Vectors come from rag.embeddings; Chroma only stores and searches them.
     return client().get_or_create_collection(name=name, metadata={"hnsw:space": "cosine"}, embedding_function=None)
 
 
+@_guarded
 def upsert(
     name: str, *, ids: list[str], embeddings: list[list[float]], documents: list[str], metadatas: list[dict[str, Any]]
 ) -> None:
     collection(name).upsert(ids=ids, embeddings=embeddings, documents=documents, metadatas=metadatas)  # type: ignore[arg-type]
 
 
+@_guarded
 def delete_where(name: str, where: dict[str, Any]) -> None:
     collection(name).delete(where=where)
 
@@ -84,6 +104,7 @@ class Hit:
     distance: float
 
 
+@_guarded
 def query(name: str, *, embedding: list[float], k: int, where: dict[str, Any] | None = None) -> list[Hit]:
     result = collection(name).query(query_embeddings=[embedding], n_results=k, where=where)  # type: ignore[arg-type]
     ids = result["ids"][0]
@@ -96,13 +117,26 @@ def query(name: str, *, embedding: list[float], k: int, where: dict[str, Any] | 
     ]
 
 
+@_guarded
 def count(name: str) -> int:
     return collection(name).count()
 
 
+@_guarded
 def get_where(name: str, where: dict[str, Any]) -> list[Hit]:
     """Every stored chunk matching ``where`` (distance 0: not a search)."""
     result = collection(name).get(where=where, include=["documents", "metadatas"])
+    docs = result.get("documents") or []
+    metas = result.get("metadatas") or []
+    return [
+        Hit(id=i, document=d, metadata=dict(m or {}), distance=0.0)
+        for i, d, m in zip(result["ids"], docs, metas, strict=True)
+    ]
+
+
+@_guarded
+def get_ids(name: str, ids: list[str]) -> list[Hit]:
+    result = collection(name).get(ids=ids, include=["documents", "metadatas"])
     docs = result.get("documents") or []
     metas = result.get("metadatas") or []
     return [

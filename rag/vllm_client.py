@@ -8,6 +8,7 @@ nothing here raises past the caller for a request that went wrong.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -84,11 +85,17 @@ async def stream_completion(
     model: str | None = None,
     temperature: float = 0.0,
     ignore_eos: bool = False,
+    stop: list[str] | None = None,
     on_text: OnText | None = None,
     client: httpx.AsyncClient | None = None,
     timeout: float = 600.0,
+    record: RequestRecord | None = None,
 ) -> RequestRecord:
-    """Stream one /v1/completions request and return its measured record."""
+    """Stream one /v1/completions request and return its measured record.
+
+    ``timeout`` bounds every wait on the server (connect, each read): a stalled
+    engine ends the request with an error instead of hanging the caller.
+    """
     payload: dict[str, Any] = {
         "model": model or model_name(),
         "prompt": prompt,
@@ -99,21 +106,115 @@ async def stream_completion(
     }
     if ignore_eos:
         payload["ignore_eos"] = True
-    return await _stream("/v1/completions", payload, on_text=on_text, client=client, timeout=timeout)
+    if stop:
+        payload["stop"] = stop
+    return await _stream("/v1/completions", payload, on_text=on_text, client=client, timeout=timeout, record=record)
+
+
+async def stream_chat(
+    messages: list[dict[str, str]],
+    *,
+    max_tokens: int,
+    model: str | None = None,
+    temperature: float = 0.0,
+    on_text: OnText | None = None,
+    client: httpx.AsyncClient | None = None,
+    timeout: float = 600.0,
+    record: RequestRecord | None = None,
+) -> RequestRecord:
+    """Stream one /v1/chat/completions request (the model's own chat template)."""
+    payload: dict[str, Any] = {
+        "model": model or model_name(),
+        "messages": messages,
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+        "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+    }
+    return await _stream(
+        "/v1/chat/completions", payload, on_text=on_text, client=client, timeout=timeout, record=record
+    )
+
+
+async def count_tokens(texts: list[str], *, model: str, client: httpx.AsyncClient | None = None) -> list[int]:
+    """Token counts in the engine's own tokenizer (``/tokenize``, no special tokens added)."""
+    own_client = client is None
+    http = client or httpx.AsyncClient(base_url=base_url(), timeout=httpx.Timeout(30.0, connect=5.0))
+    try:
+
+        async def one(text: str) -> int:
+            response = await http.post("/tokenize", json={"model": model, "prompt": text, "add_special_tokens": False})
+            if response.status_code != 200:
+                raise EngineUnavailable(f"/tokenize answered HTTP {response.status_code}: {response.text[:200]}")
+            return int(response.json()["count"])
+
+        return list(await asyncio.gather(*(one(text) for text in texts)))
+    except httpx.HTTPError as exc:
+        raise EngineUnavailable(f"vLLM at {base_url()}: {type(exc).__name__}: {exc}") from exc
+    finally:
+        if own_client:
+            await http.aclose()
+
+
+_chat_template: dict[tuple[str, str], bool] = {}
+
+
+async def has_chat_template(model: str, *, client: httpx.AsyncClient | None = None) -> bool:
+    """Whether the served model has a chat template (asked once per server and model).
+
+    vLLM's ``/tokenize`` applies the chat template to ``messages`` and answers
+    400 when the model has none, as base models such as Gemma 3 270M do not.
+    """
+    key = (base_url(), model)
+    if key not in _chat_template:
+        own_client = client is None
+        http = client or httpx.AsyncClient(base_url=base_url(), timeout=httpx.Timeout(30.0, connect=5.0))
+        try:
+            response = await http.post(
+                "/tokenize", json={"model": model, "messages": [{"role": "user", "content": "hi"}]}
+            )
+        except httpx.HTTPError as exc:
+            raise EngineUnavailable(f"vLLM at {base_url()}: {type(exc).__name__}: {exc}") from exc
+        finally:
+            if own_client:
+                await http.aclose()
+        _chat_template[key] = response.status_code == 200
+    return _chat_template[key]
+
+
+def _error_message(body: str) -> str:
+    """The human part of an OpenAI-style error body (``{"error": {"message": ...}}``)."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return body[:500]
+    error = data.get("error", data) if isinstance(data, dict) else data
+    if isinstance(error, dict) and error.get("message"):
+        return str(error["message"])[:500]
+    if isinstance(data, dict) and data.get("message"):
+        return str(data["message"])[:500]
+    return body[:500]
 
 
 async def _stream(
-    path: str, payload: dict[str, Any], *, on_text: OnText | None, client: httpx.AsyncClient | None, timeout: float
+    path: str,
+    payload: dict[str, Any],
+    *,
+    on_text: OnText | None,
+    client: httpx.AsyncClient | None,
+    timeout: float,
+    record: RequestRecord | None = None,
 ) -> RequestRecord:
-    record = RequestRecord()
+    """Stream into ``record`` (a caller that may be cancelled keeps the partial answer)."""
+    record = record if record is not None else RequestRecord()
     own_client = client is None
     http = client or httpx.AsyncClient(base_url=base_url(), timeout=httpx.Timeout(timeout, connect=5.0))
     try:
         record.t_send = time.perf_counter()
         async with http.stream("POST", path, json=payload) as response:
             if response.status_code != 200:
-                body = (await response.aread()).decode(errors="replace")[:500]
-                record.error = f"HTTP {response.status_code}: {body}"
+                body = (await response.aread()).decode(errors="replace")
+                record.error = f"HTTP {response.status_code}: {_error_message(body)}"
                 return record
             async for line in response.aiter_lines():
                 now = time.perf_counter()

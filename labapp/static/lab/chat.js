@@ -1,0 +1,307 @@
+// The RAG chat: asks over a websocket, draws tokens as they arrive and the timing panel
+// live while an answer streams. Model output only ever goes through textContent.
+(function () {
+  "use strict";
+  const L = JSON.parse(document.getElementById("chat-labels").textContent);
+  const saved = JSON.parse(document.getElementById("saved-answers").textContent);
+  const turns = document.getElementById("turns");
+  const form = document.getElementById("ask-form");
+  const formError = document.getElementById("form-error");
+  const socketState = document.getElementById("socket-state");
+  const live = {}; // client id -> state of an answer being streamed
+  let conversation = turns.dataset.conversation ? Number(turns.dataset.conversation) : null;
+  let socket = null;
+  let counter = 0;
+
+  const el = (tag, attrs, text) => {
+    const node = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, v);
+    if (text !== undefined && text !== null) node.textContent = String(text);
+    return node;
+  };
+  const num = (v, digits) => (v === null || v === undefined ? "—" : Number(v).toFixed(digits === undefined ? 1 : digits));
+  const ms = (v) => (v === null || v === undefined ? "—" : num(v, v >= 100 ? 0 : 1) + " ms");
+
+  function settingsSummary(s) {
+    return `top-k ${s.top_k} · chunk ${s.chunk_size} · ${L.relevance} ≥ ${s.threshold} · max_tokens ${s.max_tokens} · T ${s.temperature}` +
+      (s.brief ? " · brief" : "") + ` · ${s.collection}`;
+  }
+
+  function card(question, settings) {
+    const article = el("article", { class: "answer", "data-status": "streaming" });
+    const header = el("header");
+    header.append(el("h3", { class: "q" }, question), el("p", { class: "settings-summary muted" }, settingsSummary(settings)));
+    const actions = el("div", { class: "actions" });
+    const stop = el("button", { type: "button", class: "stop" }, L.stop);
+    const again = el("button", { type: "button", class: "again", hidden: "" }, L.ask_again);
+    actions.append(stop, again, el("span", { class: "status" }, L.retrieving));
+    const panel = el("section", { class: "panel" });
+    const bar = el("div", { class: "bar", role: "img" });
+    for (const part of ["retrieval", "queue", "prefill", "decode"]) {
+      bar.append(el("span", { class: "seg seg-" + part, title: L[part] }));
+    }
+    const legend = el("p", { class: "legend muted" });
+    for (const part of ["retrieval", "queue", "prefill", "decode"]) {
+      legend.append(el("span", { class: "key key-" + part }, L[part]));
+    }
+    panel.append(bar, legend, el("table", { class: "timing" }, null));
+    const sources = el("details", { class: "sources" });
+    sources.append(el("summary", {}, L.sources), el("ol"));
+    const prompt = el("details", { class: "prompt" });
+    prompt.append(el("summary", {}, L.prompt), el("pre"));
+    article.append(header, el("ul", { class: "notices" }), el("div", { class: "text" }), el("p", { class: "error", role: "alert" }),
+      actions, panel, sources, prompt);
+    article._settings = settings;
+    article._question = question;
+    again.addEventListener("click", () => askAgain(article));
+    return article;
+  }
+
+  function place(article, parentId) {
+    const parent = parentId ? turns.querySelector(`.answer[data-answer-id="${parentId}"]`) : null;
+    if (parent) {
+      parent.closest(".turn").append(article);
+      parent.closest(".turn").classList.add("side-by-side");
+    } else {
+      const turn = el("div", { class: "turn" });
+      turn.append(article);
+      turns.append(turn);
+    }
+    article.scrollIntoView({ block: "nearest" });
+  }
+
+  function row(table, key, label, value, source) {
+    const tr = el("tr", { "data-row": key });
+    tr.append(el("th", {}, label), el("td", { "data-k": key }, value), el("td", { class: "src muted" }, source || ""));
+    table.append(tr);
+  }
+
+  // t: the saved/final timings; extra: live values while streaming.
+  function drawPanel(article, t, extra) {
+    const table = article.querySelector("table.timing");
+    table.textContent = "";
+    const c = t.client || {}, s = t.server || {}, tok = t.tokens || {};
+    const x = extra || {};
+    row(table, "retrieval", L.retrieval, ms(t.retrieval_ms), t.embed_ms !== null && t.embed_ms !== undefined ? `embed ${ms(t.embed_ms)} + search ${ms(t.search_ms)}` : "");
+    row(table, "prep", L.prep, ms(t.prep_ms), "");
+    row(table, "queue", L.queue, ms(s.queue_ms), L.server);
+    row(table, "prefill_server", L.prefill, ms(s.prefill_ms), L.server);
+    row(table, "ttft", L.ttft, x.ttftLive || ms(c.ttft_ms), L.client);
+    row(table, "first_chunk", L.first_chunk, ms(c.first_chunk_ms), L.client);
+    row(table, "decode_server", L.decode, ms(s.decode_ms), L.server);
+    row(table, "decode_client", L.decode, x.decodeLive || ms(c.decode_ms), L.client);
+    row(table, "tpot", L.tpot, x.tpotLive || ms(c.tpot_ms), L.client);
+    row(table, "e2el", L.e2el, ms(c.e2el_ms), L.client);
+    const split = tok.instructions !== undefined && tok.instructions !== null
+      ? `${tok.instructions} / ${tok.context} / ${tok.question}` : "—";
+    row(table, "prompt_tokens", L.prompt_tokens, tok.prompt === undefined || tok.prompt === null ? "—" : tok.prompt, "");
+    row(table, "split", L.split, split, "");
+    row(table, "cached_tokens", L.cached_tokens, tok.cached === undefined || tok.cached === null ? "—" : tok.cached, L.server);
+    row(table, "output_tokens", L.output_tokens, x.outputLive !== undefined ? x.outputLive : (tok.output === undefined || tok.output === null ? "—" : tok.output), "");
+    row(table, "tokens_per_s", L.tokens_per_s, x.speedLive || num(t.decode_speed), L.client);
+    row(table, "finish_reason", L.finish_reason, t.finish_reason || "—", t.api ? L["api_" + t.api] : "");
+    const e = t.estimate;
+    row(table, "estimate", L.estimate,
+      e ? `${num(e.prefill_s, 2)} s + ${num(e.decode_s, 2)} s = ${num(e.total_s, 2)} s (${L.measured} ${num(e.measured_s, 2)} s)` : (x.streaming ? "…" : L.estimate_none),
+      e ? `${e.basis}: prefill ${num(e.prefill_speed, 0)} tok/s, decode ${num(e.decode_speed, 1)} tok/s` : "");
+    row(table, "websocket", L.websocket, ms(t.websocket_overhead_ms), L.websocket_help);
+    drawBar(article, t, x);
+  }
+
+  function drawBar(article, t, x) {
+    const c = t.client || {}, s = t.server || {};
+    const prefill = s.prefill_ms !== null && s.prefill_ms !== undefined ? s.prefill_ms : (x.prefillMs !== undefined ? x.prefillMs : c.ttft_ms);
+    const decode = s.decode_ms !== null && s.decode_ms !== undefined ? s.decode_ms : (x.decodeMs !== undefined ? x.decodeMs : c.decode_ms);
+    const parts = { retrieval: t.retrieval_ms || 0, queue: s.queue_ms || 0, prefill: prefill || 0, decode: decode || 0 };
+    const total = Object.values(parts).reduce((a, b) => a + b, 0) || 1;
+    for (const [name, value] of Object.entries(parts)) {
+      const seg = article.querySelector(".seg-" + name);
+      seg.style.width = (100 * value / total).toFixed(2) + "%";
+      seg.title = `${L[name]} ${ms(value)}`;
+      seg.dataset.ms = value.toFixed(1);
+    }
+  }
+
+  function drawSources(article, sources) {
+    const list = article.querySelector(".sources ol");
+    list.textContent = "";
+    article.querySelector(".sources summary").textContent = `${L.sources} (${sources.length})`;
+    if (!sources.length) list.append(el("li", { class: "muted" }, L.no_sources));
+    for (const src of sources) {
+      const li = el("li", { "data-chunk": src.id, class: src.in_prompt ? "" : "dropped" });
+      const link = el("a", { href: `/passage/?collection=${encodeURIComponent(src.collection)}&id=${encodeURIComponent(src.id)}`, target: "_blank", rel: "noopener" }, src.title);
+      const scores = el("span", { class: "scores muted" },
+        `#${src.rank} · ${L.relevance} ${num(src.relevance, 2)} · ${L.fused} ${num(src.fused, 4)} · ` +
+        `${L.dense} ${num(src.dense, 3)} (#${src.dense_rank || "—"}) · ${L.lexical} ${num(src.lexical, 2)} (#${src.lexical_rank || "—"}) · ` +
+        `${L.tokens} ${src.tokens === null || src.tokens === undefined ? "—" : src.tokens}` + (src.in_prompt ? "" : ` · ${L.not_in_prompt}`));
+      li.append(link, el("br"), scores, el("blockquote", {}, src.text.length > 280 ? src.text.slice(0, 280) + "…" : src.text));
+      list.append(li);
+    }
+  }
+
+  function drawNotices(article, notices) {
+    const list = article.querySelector(".notices");
+    list.textContent = "";
+    for (const n of notices || []) list.append(el("li", { "data-code": n.code }, n.message));
+  }
+
+  function finish(article, a) {
+    article.dataset.answerId = a.answer_id;
+    article.dataset.status = a.status;
+    article.querySelector(".text").textContent = a.text;
+    article.querySelector(".error").textContent = a.error || "";
+    article.querySelector(".status").textContent = L[a.status] || a.status;
+    article.querySelector(".stop").hidden = true;
+    article.querySelector(".again").hidden = false;
+    article.querySelector(".prompt pre").textContent = a.prompt || "";
+    drawNotices(article, (a.timings || {}).notices);
+    drawSources(article, a.sources || []);
+    drawPanel(article, a.timings || {}, null);
+  }
+
+  function askAgain(article) {
+    form.elements.question.value = article._question;
+    form.elements.parent.value = article.dataset.answerId;
+    document.getElementById("parent-note").hidden = false;
+    form.scrollIntoView({ block: "center" });
+    form.elements.top_k.focus();
+  }
+
+  document.getElementById("parent-cancel").addEventListener("click", () => {
+    form.elements.parent.value = "";
+    document.getElementById("parent-note").hidden = true;
+  });
+
+  function tick(id) {
+    const st = live[id];
+    if (!st) return;
+    const now = performance.now();
+    const x = { streaming: true };
+    if (st.firstAt === null) {
+      x.ttftLive = `${L.prefilling} ${((now - st.sentAt) / 1000).toFixed(1)} s`;
+      x.prefillMs = now - (st.promptAt || now);
+    } else {
+      const decodeMs = now - st.firstAt;
+      x.decodeLive = `${L.decoding} ${(decodeMs / 1000).toFixed(1)} s`;
+      x.decodeMs = decodeMs;
+      x.outputLive = st.tokens;
+      if (st.tokens > 1) {
+        x.tpotLive = ms(decodeMs / (st.tokens - 1));
+        x.speedLive = num((st.tokens - 1) / (decodeMs / 1000));
+      }
+    }
+    drawPanel(st.article, st.timings, x);
+  }
+
+  function connect() {
+    const scheme = location.protocol === "https:" ? "wss://" : "ws://";
+    socket = new WebSocket(scheme + location.host + "/ws/chat/");
+    socket.onopen = () => { socketState.dataset.state = "open"; socketState.textContent = L.connected; };
+    socket.onclose = () => {
+      socketState.dataset.state = "closed";
+      socketState.textContent = L.disconnected;
+      setTimeout(connect, 2000);
+    };
+    socket.onmessage = (event) => receive(JSON.parse(event.data));
+  }
+
+  function receive(m) {
+    const st = m.id ? live[m.id] : null;
+    if (m.type === "error") {
+      if (st && !st.article.dataset.answerId) { st.article.remove(); delete live[m.id]; }
+      formError.textContent = m.error;
+      return;
+    }
+    if (m.type === "overhead") {
+      const article = turns.querySelector(`.answer[data-answer-id="${m.answer_id}"]`);
+      if (article && article._timings) {
+        article._timings.websocket_overhead_ms = m.websocket_overhead_ms;
+        article._timings.browser = m.browser;
+        drawPanel(article, article._timings, null);
+      }
+      return;
+    }
+    if (!st) return;
+    if (m.type === "started") {
+      st.article.dataset.answerId = m.answer_id;
+      if (!conversation) {
+        conversation = m.conversation;
+        history.replaceState(null, "", `/chat/${conversation}/`);
+      }
+    } else if (m.type === "retrieval") {
+      st.timings.retrieval_ms = m.retrieval_ms;
+      drawSources(st.article, m.sources);
+    } else if (m.type === "prompt") {
+      st.promptAt = performance.now();
+      st.timings.api = m.api;
+      st.article.querySelector(".prompt pre").textContent = m.prompt;
+      drawNotices(st.article, m.notices);
+      drawSources(st.article, m.sources);
+      st.article.querySelector(".status").textContent = L.prefilling;
+    } else if (m.type === "token") {
+      if (st.firstAt === null) {
+        st.firstAt = performance.now();
+        st.article.querySelector(".status").textContent = L.decoding;
+      }
+      st.tokens = m.n || st.tokens + 1;
+      st.article.querySelector(".text").append(document.createTextNode(m.text));
+    } else if (m.type === "done") {
+      const doneAt = performance.now();
+      clearInterval(st.timer);
+      delete live[m.id];
+      const a = m.answer;
+      st.article._timings = a.timings || {};
+      finish(st.article, a);
+      if (socket.readyState === WebSocket.OPEN) {
+        socket.send(JSON.stringify({
+          type: "client_timing", answer_id: a.answer_id,
+          first_token_ms: st.firstAt === null ? null : Math.round((st.firstAt - st.sentAt) * 10) / 10,
+          done_ms: Math.round((doneAt - st.sentAt) * 10) / 10,
+        }));
+      }
+    }
+  }
+
+  function formSettings() {
+    const f = form.elements;
+    return {
+      collection: f.collection.value,
+      top_k: Number(f.top_k.value),
+      chunk_size: Number(f.chunk_size.value),
+      threshold: Number(f.threshold.value),
+      brief: f.brief.checked,
+      max_tokens: Number(f.max_tokens.value),
+      temperature: Number(f.temperature.value),
+    };
+  }
+
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    formError.textContent = "";
+    const question = form.elements.question.value;
+    if (!question.trim()) { formError.textContent = L.question_empty; return; }
+    if (!socket || socket.readyState !== WebSocket.OPEN) { formError.textContent = L.disconnected; return; }
+    const id = `a${Date.now().toString(36)}${(counter++).toString(36)}`;
+    const settings = formSettings();
+    const parent = form.elements.parent.value ? Number(form.elements.parent.value) : null;
+    const article = card(question.trim(), settings);
+    article.dataset.cid = id;
+    place(article, parent);
+    const st = { article, sentAt: performance.now(), promptAt: null, firstAt: null, tokens: 0, timings: {}, timer: null };
+    live[id] = st;
+    article.querySelector(".stop").addEventListener("click", () => socket.send(JSON.stringify({ type: "stop", id })));
+    st.timer = setInterval(() => tick(id), 200);
+    drawPanel(article, st.timings, { streaming: true });
+    socket.send(JSON.stringify({ type: "ask", id, question, settings, conversation, parent }));
+    form.elements.parent.value = "";
+    document.getElementById("parent-note").hidden = true;
+  });
+
+  for (const a of saved) {
+    const article = card(a.question, a.settings);
+    place(article, a.parent_id);
+    article._timings = a.timings || {};
+    finish(article, a);
+  }
+  connect();
+})();

@@ -1,0 +1,374 @@
+"""One chat answer, from question to measured stream: retrieval, prompt, vLLM, timing panel.
+
+The consumer (rag/consumers.py) validates, saves and hands off; this module does
+the work and reports progress through ``send`` as websocket-ready frames.
+Blocking work (embedding, Chroma, the ORM) runs in a thread, never on the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from channels.db import database_sync_to_async
+from django.utils.translation import gettext as _
+
+from bench.estimator import gen_seconds
+from bench.metrics import RequestRecord
+from rag import prompting, retrieval, vllm_client
+from rag.access import CollectionRef
+from rag.vectorstore import RetrievalUnavailable
+
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+ENGINE_INFO_TTL_S = 30.0
+
+
+@dataclass
+class Speeds:
+    prefill: float  # uncached prompt tokens per second
+    decode: float  # tokens per second after the first
+    basis: str  # where the speeds come from, shown next to the prediction
+    samples: int
+
+
+@dataclass
+class AnswerRun:
+    """Everything measured and decided for one answer; the consumer saves it."""
+
+    question: str
+    settings: prompting.ChatSettings
+    collection: CollectionRef
+    language: str
+    stall_timeout_s: float
+    received_at: float = field(default_factory=time.perf_counter)
+    record: RequestRecord = field(default_factory=RequestRecord)
+    prompt: prompting.Prompt | None = None
+    api: str = "completions"  # or "chat": which vLLM endpoint answered
+    model: str = ""
+    sources: list[dict[str, Any]] = field(default_factory=list)
+    notices: list[dict[str, str]] = field(default_factory=list)
+    retrieval_ms: float | None = None
+    embed_ms: float | None = None
+    search_ms: float | None = None
+    sent_at: float | None = None  # request handed to vLLM
+    first_forward_at: float | None = None  # first token frame handed to the websocket
+    last_forward_at: float | None = None
+    token_split: dict[str, int | None] = field(default_factory=dict)
+    estimate: dict[str, Any] | None = None
+    error: str = ""
+
+    def notice(self, code: str, message: str) -> None:
+        self.notices.append({"code": code, "message": message})
+
+    def ms_since_received(self, moment: float | None) -> float | None:
+        return None if moment is None else round((moment - self.received_at) * 1000, 1)
+
+    def timings(self) -> dict[str, Any]:
+        r = self.record
+
+        def ms(seconds: float | None) -> float | None:
+            return None if seconds is None else round(seconds * 1000, 1)
+
+        return {
+            "api": self.api,
+            "model": self.model,
+            "retrieval_ms": None if self.retrieval_ms is None else round(self.retrieval_ms, 1),
+            "embed_ms": None if self.embed_ms is None else round(self.embed_ms, 1),
+            "search_ms": None if self.search_ms is None else round(self.search_ms, 1),
+            "prep_ms": self.ms_since_received(self.sent_at),  # question received → request sent
+            "client": {
+                "ttft_ms": ms(r.ttft),
+                "first_chunk_ms": ms(r.first_chunk),
+                "e2el_ms": ms(r.e2el),
+                "decode_ms": ms(r.decode_time),
+                "tpot_ms": ms(r.tpot),
+                "chunks": len(r.text_chunk_at),
+            },
+            "server": {
+                "queue_ms": ms(r.queue_time_server),
+                "prefill_ms": ms(r.prefill_time_server),
+                "decode_ms": ms(r.decode_time_server),
+            },
+            "prefill_source": r.prefill_time_source,
+            "prefill_ms": ms(r.prefill_time),
+            "prefill_speed": None if r.prefill_speed is None else round(r.prefill_speed, 1),
+            "decode_speed": None if r.decode_speed is None else round(r.decode_speed, 1),
+            "tokens": {
+                "prompt": r.prompt_tokens,
+                "output": r.output_tokens,
+                "cached": r.cached_tokens,
+                **self.token_split,
+            },
+            "finish_reason": r.finish_reason,
+            # Server side of the websocket: question received → first/last token frame sent.
+            "server_first_token_ms": self.ms_since_received(self.first_forward_at),
+            "server_done_ms": self.ms_since_received(self.last_forward_at),
+            "estimate": self.estimate,
+        }
+
+
+_engine_cache: tuple[float, vllm_client.EngineInfo] | None = None
+
+
+async def _engine() -> vllm_client.EngineInfo:
+    global _engine_cache
+    now = time.monotonic()
+    if _engine_cache is None or now - _engine_cache[0] > ENGINE_INFO_TTL_S:
+        info = await asyncio.to_thread(vllm_client.engine_info)
+        _engine_cache = (now, info)
+    return _engine_cache[1]
+
+
+def engine_cache_clear() -> None:
+    global _engine_cache
+    _engine_cache = None
+
+
+_token_counts: dict[str, int] = {}
+
+
+async def _count_cached(texts: list[str], *, model: str) -> list[int]:
+    """Engine token counts, remembered by text (a chunk's text is its identity)."""
+    keys = [hashlib.sha1(f"{model}\0{t}".encode(), usedforsecurity=False).hexdigest() for t in texts]
+    missing = [t for t, k in zip(texts, keys, strict=True) if k not in _token_counts]
+    if missing:
+        counted = await vllm_client.count_tokens(missing, model=model)
+        for text, count in zip(missing, counted, strict=True):
+            _token_counts[hashlib.sha1(f"{model}\0{text}".encode(), usedforsecurity=False).hexdigest()] = count
+    return [_token_counts[k] for k in keys]
+
+
+def _source(chunk: retrieval.RetrievedChunk, ref: CollectionRef) -> dict[str, Any]:
+    meta = chunk.metadata
+
+    def rounded(value: float | None, digits: int) -> float | None:
+        return None if value is None else round(value, digits)
+
+    return {
+        "id": chunk.id,
+        "rank": chunk.rank,
+        "title": str(meta.get("title") or meta.get("source") or chunk.id),
+        "source": str(meta.get("source", "")),
+        "position": int(meta.get("chunk_index", 0)),
+        "text": chunk.text,
+        "relevance": chunk.relevance,
+        "fused": rounded(chunk.fused_score, 5),
+        "dense": rounded(chunk.dense_score, 4),
+        "dense_rank": chunk.dense_rank,
+        "lexical": rounded(chunk.lexical_score, 3),
+        "lexical_rank": chunk.lexical_rank,
+        "tokens": None,
+        "in_prompt": True,
+        "collection": ref.key,
+    }
+
+
+async def _retrieve(run: AnswerRun) -> list[prompting.ContextChunk]:
+    s = run.settings
+    if s.top_k == 0:
+        run.retrieval_ms = 0.0
+        return []
+    started = time.perf_counter()
+    try:
+        result = await database_sync_to_async(retrieval.retrieve)(
+            run.question,
+            collection=run.collection.name,
+            chunk_size=s.chunk_size,
+            top_k=s.top_k,
+            language=run.language if run.collection.by_language else None,
+            min_relevance=s.threshold,
+        )
+    except RetrievalUnavailable as exc:
+        run.retrieval_ms = (time.perf_counter() - started) * 1000
+        run.notice("retrieval_unavailable", _("검색 불가: 자료 없이 답합니다 (%(why)s)") % {"why": exc})
+        return []
+    run.retrieval_ms, run.embed_ms, run.search_ms = result.retrieval_ms, result.embed_ms, result.search_ms
+    run.sources = [_source(chunk, run.collection) for chunk in result.chunks]
+    if not result.chunks:
+        if result.below_threshold:
+            message = _("관련도 기준(%(t).2f)을 넘는 자료가 없어 자료 없이 답합니다.") % {"t": s.threshold}
+        else:
+            message = _("이 모음에 자료가 없어 자료 없이 답합니다.")
+        run.notice("no_sources", message)
+    return [
+        prompting.ContextChunk(
+            id=src["id"],
+            text=src["text"],
+            title=src["title"],
+            source=src["source"],
+            position=src["position"],
+            rank=src["rank"],
+        )
+        for src in run.sources
+    ]
+
+
+async def _fit(run: AnswerRun, chunks: list[prompting.ContextChunk], max_model_len: int) -> prompting.Prompt:
+    """Build the prompt, dropping the least relevant chunks until it fits the model's length."""
+    s = run.settings
+    prompt = prompting.prompt_build(run.question, chunks, brief=s.brief, language=run.language)
+    if prompting.fits_without_counting(prompt.text, max_tokens=s.max_tokens, max_model_len=max_model_len):
+        return prompt
+    template_margin = 32 if run.api == "chat" else 1  # the chat template's own tokens; BOS otherwise
+    dropped: list[str] = []
+    while True:
+        (tokens,) = await vllm_client.count_tokens([prompt.text], model=run.model)
+        overflow = tokens + template_margin + s.max_tokens - max_model_len
+        if overflow <= 0:
+            break
+        if not prompt.chunks:
+            raise prompting.SettingsError(
+                _("질문과 max_tokens(%(m)d)만으로 모델 최대 길이 %(len)d 토큰을 넘습니다.")
+                % {"m": s.max_tokens, "len": max_model_len}
+            )
+        counts = await _count_cached([c.text for c in prompt.chunks], model=run.model)
+        drop = prompting.chunks_to_drop(
+            prompt.chunks,
+            overflow_tokens=overflow,
+            chunk_tokens={c.id: n for c, n in zip(prompt.chunks, counts, strict=True)},
+        )
+        dropped += drop
+        remaining = [c for c in prompt.chunks if c.id not in drop]
+        prompt = prompting.prompt_build(run.question, remaining, brief=s.brief, language=run.language)
+    if dropped:
+        for src in run.sources:
+            src["in_prompt"] = src["id"] not in dropped
+        run.notice(
+            "trimmed",
+            _("프롬프트가 모델 최대 길이(%(len)d 토큰)를 넘어 관련도가 낮은 자료 %(n)d개를 뺐습니다.")
+            % {"len": max_model_len, "n": len(dropped)},
+        )
+    return prompt
+
+
+async def _measure_prompt(run: AnswerRun) -> None:
+    """After the answer: split the prompt's tokens and count each chunk (engine tokenizer)."""
+    prompt = run.prompt
+    if prompt is None:
+        return
+    try:
+        head, head_context = await vllm_client.count_tokens(
+            [prompt.instructions, prompt.instructions + prompt.context], model=run.model
+        )
+        per_chunk = await _count_cached([c.text for c in prompt.chunks], model=run.model) if prompt.chunks else []
+    except vllm_client.EngineUnavailable:
+        return
+    total = run.record.prompt_tokens
+    question = None if total is None else total - head_context
+    run.token_split = {"instructions": head, "context": head_context - head, "question": question}
+    counts = {c.id: n for c, n in zip(prompt.chunks, per_chunk, strict=True)}
+    for src in run.sources:
+        src["tokens"] = counts.get(src["id"])
+
+
+def estimate(record: RequestRecord, speeds: Speeds | None) -> dict[str, Any] | None:
+    """The chapter's estimator on this answer's shape, from the learner's measured speeds."""
+    if speeds is None or record.prompt_tokens is None or not record.output_tokens:
+        return None
+    uncached = record.prompt_tokens - (record.cached_tokens or 0)
+    prefill_s, decode_s = gen_seconds(uncached, record.output_tokens, speeds.prefill, speeds.decode)
+    measured = None
+    if record.prefill_time is not None and record.decode_time is not None:
+        measured = round(record.prefill_time + record.decode_time, 2)
+    return {
+        "prefill_s": prefill_s,
+        "decode_s": decode_s,
+        "total_s": round(prefill_s + decode_s, 2),
+        "measured_s": measured,
+        "prefill_speed": round(speeds.prefill, 1),
+        "decode_speed": round(speeds.decode, 1),
+        "basis": speeds.basis,
+        "samples": speeds.samples,
+        "uncached_prompt_tokens": uncached,
+    }
+
+
+async def answer_run(run: AnswerRun, send: Send, speeds: Speeds | None = None) -> None:
+    """Retrieve, assemble, stream and measure one answer; errors end up in ``run.error``."""
+    try:
+        info = await _engine()
+    except vllm_client.EngineUnavailable as exc:
+        run.error = _("vLLM에 연결할 수 없습니다: %(why)s") % {"why": exc}
+        return
+    run.model = info.model
+    max_model_len = info.max_model_len or 2048
+    if run.settings.max_tokens >= max_model_len:
+        run.error = _("max_tokens(%(m)d)가 모델 최대 길이 %(len)d 토큰 이상입니다.") % {
+            "m": run.settings.max_tokens,
+            "len": max_model_len,
+        }
+        return
+    try:
+        run.api = "chat" if await vllm_client.has_chat_template(run.model) else "completions"
+    except vllm_client.EngineUnavailable as exc:
+        run.error = _("vLLM에 연결할 수 없습니다: %(why)s") % {"why": exc}
+        return
+
+    chunks = await _retrieve(run)
+    await send({"type": "retrieval", "retrieval_ms": run.retrieval_ms, "sources": run.sources})
+    try:
+        run.prompt = await _fit(run, chunks, max_model_len)
+    except (prompting.SettingsError, vllm_client.EngineUnavailable) as exc:
+        run.error = str(exc)
+        return
+    await send(
+        {
+            "type": "prompt",
+            "api": run.api,
+            "prompt": run.prompt.text,
+            "sources": run.sources,
+            "notices": run.notices,
+        }
+    )
+
+    async def on_text(text: str, record: RequestRecord) -> None:
+        now = time.perf_counter()
+        first = run.first_forward_at is None
+        frame: dict[str, Any] = {"type": "token", "text": text, "n": record.output_tokens}
+        if first and record.ttft is not None:
+            frame["ttft_ms"] = round(record.ttft * 1000, 1)
+        await send(frame)
+        if first:
+            run.first_forward_at = now
+        run.last_forward_at = now
+
+    run.sent_at = time.perf_counter()
+    s = run.settings
+    if run.api == "chat":
+        await vllm_client.stream_chat(
+            run.prompt.messages(),
+            max_tokens=s.max_tokens,
+            model=run.model,
+            temperature=s.temperature,
+            on_text=on_text,
+            timeout=run.stall_timeout_s,
+            record=run.record,
+        )
+    else:
+        await vllm_client.stream_completion(
+            run.prompt.text,
+            max_tokens=s.max_tokens,
+            model=run.model,
+            temperature=s.temperature,
+            stop=run.prompt.stop,
+            on_text=on_text,
+            timeout=run.stall_timeout_s,
+            record=run.record,
+        )
+    if run.record.error:
+        run.error = _engine_error(run.record.error, run.stall_timeout_s)
+        return
+    await _measure_prompt(run)
+    run.estimate = estimate(run.record, speeds)
+
+
+def _engine_error(error: str, stall_timeout_s: float) -> str:
+    if error.startswith("HTTP 400"):
+        return _("vLLM이 요청을 거절했습니다 (다시 시도하지 않음): %(why)s") % {"why": error}
+    if "Timeout" in error:
+        return _("vLLM이 %(s).0f초 동안 응답하지 않았습니다: %(why)s") % {"s": stall_timeout_s, "why": error}
+    return _("vLLM 요청 실패: %(why)s") % {"why": error}

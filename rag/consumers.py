@@ -1,0 +1,204 @@
+"""The chat websocket: thin — authenticate, validate, save, hand off to rag.chat.
+
+Frames from the browser (JSON objects):
+  {"type": "ask", "id": "<client id>", "question": "...", "settings": {...},
+   "conversation": <id or null>, "parent": <answer id or null>}
+  {"type": "stop", "id": "<client id>"}
+  {"type": "client_timing", "answer_id": N, "first_token_ms": x, "done_ms": y}
+Frames to the browser carry the client id: started, retrieval, prompt, token,
+done (with the saved answer), error; a bad frame gets an error frame and the
+socket stays open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import re
+from typing import Any
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
+from django.utils import translation
+from django.utils.translation import gettext as _
+
+from rag import access, chat, conversations, prompting
+from rag.models import Answer
+
+log = logging.getLogger(__name__)
+CLOSE_UNAUTHENTICATED = 4401
+MAX_FRAME_BYTES = 64 * 1024
+MAX_IN_FLIGHT = 4  # answers streaming at once on one socket ("ask again" shows two side by side)
+_CLIENT_ID = re.compile(r"^[A-Za-z0-9_-]{1,40}$")
+
+
+class ChatConsumer(AsyncJsonWebsocketConsumer):
+    # Answers stream straight to this socket; no channel layer is needed, so chat
+    # keeps working while Redis is down.
+    channel_layer_alias = "no-channel-layer"
+
+    async def connect(self) -> None:
+        self.user = self.scope.get("user")
+        if self.user is None or not self.user.is_authenticated:
+            await self.close(code=CLOSE_UNAUTHENTICATED)  # before any work
+            return
+        self.language = self._language()
+        self.in_flight: dict[str, asyncio.Task[None]] = {}
+        await self.accept()
+
+    def _language(self) -> str:
+        cookie = (self.scope.get("cookies") or {}).get(settings.LANGUAGE_COOKIE_NAME, "")
+        return cookie if cookie in dict(settings.LANGUAGES) else settings.LANGUAGE_CODE
+
+    async def disconnect(self, code: int) -> None:
+        # A closed tab stops its answers: cancelling the task closes the HTTP stream to
+        # vLLM, which aborts the request; each task saves its partial answer as stopped.
+        tasks = list(getattr(self, "in_flight", {}).values())
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any) -> None:
+        if text_data is None or len(text_data.encode()) > MAX_FRAME_BYTES:
+            await self._error(_("프레임은 %(n)d KB 이하의 JSON 텍스트여야 합니다.") % {"n": MAX_FRAME_BYTES // 1024})
+            return
+        try:
+            content = json.loads(text_data)
+        except ValueError as exc:
+            await self._error(_("JSON이 아닙니다: %(why)s") % {"why": exc})
+            return
+        if not isinstance(content, dict):
+            await self._error(_("메시지는 JSON 객체여야 합니다."))
+            return
+        await self.receive_json(content)
+
+    async def receive_json(self, content: dict[str, Any], **kwargs: Any) -> None:
+        with translation.override(self.language):
+            kind = content.get("type")
+            if kind == "ask":
+                await self._ask(content)
+            elif kind == "stop":
+                task = self.in_flight.get(str(content.get("id")))
+                if task is None:
+                    await self._error(_("멈출 답변이 없습니다."), content.get("id"))
+                else:
+                    task.cancel()
+            elif kind == "client_timing":
+                await self._client_timing(content)
+            else:
+                await self._error(_("알 수 없는 메시지 종류: %(kind)r") % {"kind": kind})
+
+    async def _error(self, message: str, client_id: Any = None) -> None:
+        frame: dict[str, Any] = {"type": "error", "error": message}
+        if isinstance(client_id, str) and _CLIENT_ID.match(client_id):
+            frame["id"] = client_id
+        await self.send_json(frame)
+
+    async def _ask(self, content: dict[str, Any]) -> None:
+        client_id = content.get("id")
+        if not isinstance(client_id, str) or not _CLIENT_ID.match(client_id):
+            await self._error(_("id: 영문자, 숫자, -, _ 로 된 40자 이하의 문자열이어야 합니다."))
+            return
+        if client_id in self.in_flight:
+            await self._error(_("같은 id의 답변이 이미 진행 중입니다."), client_id)
+            return
+        if len(self.in_flight) >= MAX_IN_FLIGHT:
+            await self._error(_("한 번에 %(n)d개까지 답변할 수 있습니다.") % {"n": MAX_IN_FLIGHT}, client_id)
+            return
+        unknown = sorted(set(content) - {"type", "id", "question", "settings", "conversation", "parent"})
+        try:
+            if unknown:
+                raise prompting.SettingsError(_("알 수 없는 필드: %(f)s") % {"f": ", ".join(unknown)})
+            question = prompting.question_clean(content.get("question"))
+            keys = [ref.key for ref in access.collections_for(self.user)]
+            chat_settings = prompting.settings_parse(content.get("settings"), collections=keys)
+            conversation_id = _optional_id(content.get("conversation"), "conversation")
+            parent_id = _optional_id(content.get("parent"), "parent")
+            answer = await database_sync_to_async(conversations.answer_start)(
+                user=self.user,
+                question=question,
+                settings=chat_settings.as_dict(),
+                conversation_id=conversation_id,
+                parent_id=parent_id,
+            )
+        except (prompting.SettingsError, conversations.NotFound) as exc:
+            await self._error(str(exc), client_id)
+            return
+        run = chat.AnswerRun(
+            question=question,
+            settings=chat_settings,
+            collection=access.collection_resolve(self.user, chat_settings.collection),
+            language=self.language,
+            stall_timeout_s=float(settings.CHAT_TIMEOUT_S),
+        )
+        await self.send_json(
+            {
+                "type": "started",
+                "id": client_id,
+                "answer_id": answer.pk,
+                "conversation": answer.conversation_id,
+                "parent_id": answer.parent_id,
+                "question": question,
+                "settings": answer.settings,
+            }
+        )
+        self.in_flight[client_id] = asyncio.create_task(self._answer(client_id, answer.pk, run))
+
+    async def _answer(self, client_id: str, answer_id: int, run: chat.AnswerRun) -> None:
+        async def send(frame: dict[str, Any]) -> None:
+            await self.send_json(frame | {"id": client_id})
+
+        status = Answer.Status.FAILED
+        try:
+            with translation.override(self.language):
+                speeds = await database_sync_to_async(conversations.learner_speeds)(self.user)
+                await chat.answer_run(run, send, speeds)
+            status = Answer.Status.FAILED if run.error else Answer.Status.DONE
+        except asyncio.CancelledError:
+            status = Answer.Status.STOPPED
+        except Exception as exc:  # recorded and reported, never lost silently
+            log.exception("chat answer %s failed", answer_id)
+            run.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            self.in_flight.pop(client_id, None)
+            saved = await asyncio.shield(
+                database_sync_to_async(conversations.answer_finish)(answer_id=answer_id, run=run, status=status)
+            )
+            with contextlib.suppress(Exception):  # the socket may be gone (closed tab)
+                await send({"type": "done", "answer": conversations.answer_payload(saved)})
+
+    async def _client_timing(self, content: dict[str, Any]) -> None:
+        answer_id = content.get("answer_id")
+        first, done = content.get("first_token_ms"), content.get("done_ms")
+        valid = isinstance(answer_id, int) and all(
+            v is None or (isinstance(v, int | float) and 0 <= v < 86_400_000) for v in (first, done)
+        )
+        if not valid:
+            await self._error(_("client_timing: answer_id(정수)와 0 이상의 ms 값이 필요합니다."))
+            return
+        timings = await database_sync_to_async(conversations.answer_browser_timing)(
+            user=self.user, answer_id=answer_id, first_token_ms=first, done_ms=done
+        )
+        if timings is None:
+            await self._error(_("답변 %(id)s을(를) 찾을 수 없습니다.") % {"id": answer_id})
+            return
+        await self.send_json(
+            {
+                "type": "overhead",
+                "answer_id": answer_id,
+                "websocket_overhead_ms": timings.get("websocket_overhead_ms"),
+                "browser": timings.get("browser"),
+            }
+        )
+
+
+def _optional_id(value: Any, name: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise prompting.SettingsError(_("%(name)s: 양의 정수 또는 null이어야 합니다.") % {"name": name})
+    return value

@@ -1,0 +1,135 @@
+"""Writes and reads of conversations and answers (services and selectors)."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db import transaction
+from django.db.models import QuerySet
+from django.http import Http404
+from django.utils.translation import gettext as _
+
+from rag.chat import AnswerRun, Speeds
+from rag.models import Answer, Conversation
+
+SPEED_SAMPLES = 20
+
+
+class NotFound(LookupError):
+    """No such conversation or answer for this user (never a hint that it exists)."""
+
+
+def conversation_for(user: AbstractBaseUser | AnonymousUser, conversation_id: int) -> Conversation:
+    try:
+        return Conversation.objects.get(pk=conversation_id, owner_id=user.pk)
+    except Conversation.DoesNotExist:
+        raise Http404 from None
+
+
+def conversations_of(user: AbstractBaseUser | AnonymousUser) -> QuerySet[Conversation]:
+    return Conversation.objects.filter(owner_id=user.pk).prefetch_related("answers")
+
+
+@transaction.atomic
+def answer_start(
+    *,
+    user: AbstractBaseUser,
+    question: str,
+    settings: dict[str, Any],
+    conversation_id: int | None,
+    parent_id: int | None,
+) -> Answer:
+    """Create the answer row (and its conversation if new) before the stream starts."""
+    if conversation_id is None:
+        conversation = Conversation.objects.create(owner_id=user.pk, title=question[:200])
+    else:
+        found = Conversation.objects.select_for_update().filter(pk=conversation_id, owner_id=user.pk).first()
+        if found is None:
+            raise NotFound(_("대화 %(id)s을(를) 찾을 수 없습니다.") % {"id": conversation_id})
+        conversation = found
+        conversation.save(update_fields=["updated_at"])
+    parent = None
+    if parent_id is not None:
+        parent = Answer.objects.filter(pk=parent_id, conversation=conversation).first()
+        if parent is None:
+            raise NotFound(_("답변 %(id)s을(를) 이 대화에서 찾을 수 없습니다.") % {"id": parent_id})
+    return Answer.objects.create(conversation=conversation, parent=parent, question=question, settings=settings)
+
+
+def answer_finish(*, answer_id: int, run: AnswerRun, status: Answer.Status) -> Answer:
+    """Save what the run produced: full, stopped (partial text kept) or failed."""
+    answer = Answer.objects.get(pk=answer_id)
+    answer.status = status
+    answer.text = run.record.generated_text
+    answer.prompt = run.prompt.text if run.prompt else ""
+    answer.error = run.error
+    answer.sources = run.sources
+    answer.timings = run.timings() | {"notices": run.notices}
+    answer.save(update_fields=["status", "text", "prompt", "error", "sources", "timings"])
+    return answer
+
+
+def answer_browser_timing(
+    *, user: AbstractBaseUser, answer_id: int, first_token_ms: float | None, done_ms: float | None
+) -> dict[str, Any] | None:
+    """Store what the browser measured and the websocket overhead it implies."""
+    answer = Answer.objects.filter(pk=answer_id, conversation__owner_id=user.pk).first()
+    if answer is None:
+        return None
+    timings = dict(answer.timings)
+    timings["browser"] = {"first_token_ms": first_token_ms, "done_ms": done_ms}
+    server_first = timings.get("server_first_token_ms")
+    if first_token_ms is not None and server_first is not None:
+        # Browser: send → first token frame; server: question received → first token frame sent.
+        # The difference is the websocket's own cost (both directions plus the browser's event loop).
+        timings["websocket_overhead_ms"] = round(first_token_ms - server_first, 1)
+    answer.timings = timings
+    answer.save(update_fields=["timings"])
+    return timings
+
+
+def learner_speeds(user: AbstractBaseUser) -> Speeds | None:
+    """The learner's own prefill and decode speeds, median over their recent finished answers.
+
+    Prefill speed counts only the prompt tokens that were not served from the
+    prefix cache. (Lab 1's measured speeds replace these once the benchmark
+    jobs exist.)
+    """
+    prefill: list[float] = []
+    decode: list[float] = []
+    answers = Answer.objects.filter(conversation__owner_id=user.pk, status=Answer.Status.DONE).order_by("-pk")
+    for timings in answers.values_list("timings", flat=True)[:SPEED_SAMPLES]:
+        tokens = timings.get("tokens") or {}
+        prompt, cached = tokens.get("prompt"), tokens.get("cached") or 0
+        prefill_ms = timings.get("prefill_ms")
+        if prompt and prefill_ms and prompt - cached >= 16:
+            prefill.append((prompt - cached) / (prefill_ms / 1000))
+        if timings.get("decode_speed"):
+            decode.append(float(timings["decode_speed"]))
+    if not prefill or not decode:
+        return None
+    return Speeds(
+        prefill=statistics.median(prefill),
+        decode=statistics.median(decode),
+        basis=_("최근 답변 %(n)d개에서 측정한 내 속도") % {"n": max(len(prefill), len(decode))},
+        samples=max(len(prefill), len(decode)),
+    )
+
+
+def answer_payload(answer: Answer) -> dict[str, Any]:
+    """What the page needs to draw a saved answer exactly like a live one."""
+    return {
+        "answer_id": answer.pk,
+        "conversation": answer.conversation_id,
+        "parent_id": answer.parent_id,
+        "question": answer.question,
+        "settings": answer.settings,
+        "text": answer.text,
+        "status": answer.status,
+        "error": answer.error,
+        "sources": answer.sources,
+        "timings": answer.timings,
+        "prompt": answer.prompt,
+    }

@@ -1,0 +1,199 @@
+"""Chat settings and prompt assembly (pure: no I/O, so it is unit-tested directly).
+
+The prompt's order is fixed so that vLLM's prefix cache can reuse it:
+instructions first (identical for every question), then the retrieved chunks in
+a stable order (by source and position, not by score, so the same chunks make
+the same text whatever their ranks), then the question last.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from rag.chunking import CHUNK_SIZES
+
+MAX_QUESTION_CHARS = 2000
+
+
+class SettingsError(ValueError):
+    """A question or a setting the chat cannot use; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class ChatSettings:
+    collection: str = "chapter"
+    top_k: int = 4
+    chunk_size: int = 500
+    threshold: float = 0.0  # minimum relevance (fused score relative to the best possible), 0..1
+    brief: bool = False
+    max_tokens: int = 128
+    temperature: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _integer(raw: dict[str, Any], key: str, low: int, high: int, default: int) -> int:
+    value = raw.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise SettingsError(f"{key}: expected a whole number from {low} to {high}, got {value!r}")
+    try:
+        number = float(value)
+    except ValueError:
+        raise SettingsError(f"{key}: expected a whole number from {low} to {high}, got {value!r}") from None
+    if number != int(number) or not low <= number <= high:
+        raise SettingsError(f"{key}: expected a whole number from {low} to {high}, got {value!r}")
+    return int(number)
+
+
+def _number(raw: dict[str, Any], key: str, low: float, high: float, default: float) -> float:
+    value = raw.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise SettingsError(f"{key}: expected a number from {low} to {high}, got {value!r}")
+    try:
+        number = float(value)
+    except ValueError:
+        raise SettingsError(f"{key}: expected a number from {low} to {high}, got {value!r}") from None
+    if not low <= number <= high:  # also false for NaN
+        raise SettingsError(f"{key}: expected a number from {low} to {high}, got {value!r}")
+    return number
+
+
+def settings_parse(raw: Any, *, collections: list[str]) -> ChatSettings:
+    """Validate the settings of one message; unknown keys and values are errors, not ignored."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise SettingsError("settings must be an object")
+    known = set(ChatSettings.__dataclass_fields__)
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise SettingsError(f"unknown setting {unknown[0]!r} (known: {', '.join(sorted(known))})")
+    collection = raw.get("collection", "chapter")
+    if collection not in collections:
+        raise SettingsError(f"collection: {collection!r} is not one of {', '.join(collections)}")
+    chunk_size = _integer(raw, "chunk_size", min(CHUNK_SIZES), max(CHUNK_SIZES), 500)
+    if chunk_size not in CHUNK_SIZES:
+        raise SettingsError(f"chunk_size: expected one of {', '.join(map(str, CHUNK_SIZES))}, got {chunk_size}")
+    brief = raw.get("brief", False)
+    if not isinstance(brief, bool):
+        raise SettingsError(f"brief: expected true or false, got {brief!r}")
+    return ChatSettings(
+        collection=str(collection),
+        top_k=_integer(raw, "top_k", 0, 20, 4),
+        chunk_size=chunk_size,
+        threshold=_number(raw, "threshold", 0.0, 1.0, 0.0),
+        brief=brief,
+        max_tokens=_integer(raw, "max_tokens", 1, 2048, 128),
+        temperature=_number(raw, "temperature", 0.0, 2.0, 0.0),
+    )
+
+
+def question_clean(raw: Any) -> str:
+    if not isinstance(raw, str):
+        raise SettingsError("question: expected text")
+    question = raw.strip()
+    if not question:
+        raise SettingsError("question: it is empty")
+    if len(question) > MAX_QUESTION_CHARS:
+        raise SettingsError(f"question: {len(question)} characters is over the limit of {MAX_QUESTION_CHARS}")
+    return question
+
+
+@dataclass(frozen=True)
+class ContextChunk:
+    id: str
+    text: str
+    title: str
+    source: str
+    position: int  # chunk index inside its source
+    rank: int  # 1 = most relevant
+
+
+_INSTRUCTIONS = {
+    "ko": (
+        "당신은 vLLM 서빙 실습의 조교입니다. 아래 자료만 근거로 질문에 한국어로 답하세요. "
+        "자료에 답이 없으면 모른다고 답하세요."
+    ),
+    "en": (
+        "You are the teaching assistant of a vLLM serving lab. Answer the question using only the "
+        "material below. If the material does not contain the answer, say you do not know."
+    ),
+}
+_BRIEF = {"ko": "한두 문장으로 짧게 답하세요.", "en": "Answer in one or two sentences."}
+_LABELS = {
+    "ko": {"material": "자료", "none": "(자료 없음)", "question": "질문", "answer": "답변"},
+    "en": {"material": "Material", "none": "(no material)", "question": "Question", "answer": "Answer"},
+}
+
+
+@dataclass(frozen=True)
+class Prompt:
+    instructions: str
+    context: str
+    question: str
+    chunks: list[ContextChunk] = field(default_factory=list)
+    language: str = "ko"
+
+    @property
+    def text(self) -> str:
+        """The plain-completion prompt (our template, for models without a chat template)."""
+        return self.instructions + self.context + self.question
+
+    def messages(self) -> list[dict[str, str]]:
+        """The same content for a model with a chat template."""
+        return [
+            {"role": "system", "content": self.instructions.strip()},
+            {"role": "user", "content": (self.context + self.question).strip()},
+        ]
+
+    @property
+    def stop(self) -> list[str]:
+        """Where a base model starts writing the next question itself."""
+        labels = _LABELS[self.language]
+        return [f"\n{labels['question']}:", f"\n[{labels['material']}"]
+
+
+def stable_order(chunks: list[ContextChunk]) -> list[ContextChunk]:
+    return sorted(chunks, key=lambda c: (c.source, c.position, c.id))
+
+
+def prompt_build(question: str, chunks: list[ContextChunk], *, brief: bool, language: str = "ko") -> Prompt:
+    language = language if language in _INSTRUCTIONS else "ko"
+    labels = _LABELS[language]
+    instructions = _INSTRUCTIONS[language] + (" " + _BRIEF[language] if brief else "") + "\n\n"
+    ordered = stable_order(chunks)
+    if ordered:
+        blocks = [f"[{labels['material']} {n}] {c.title}\n{c.text}" for n, c in enumerate(ordered, start=1)]
+        context = "\n\n".join(blocks) + "\n\n"
+    else:
+        context = f"{labels['none']}\n\n"
+    return Prompt(
+        instructions=instructions,
+        context=context,
+        question=f"{labels['question']}: {question}\n{labels['answer']}:",
+        chunks=ordered,
+        language=language,
+    )
+
+
+def fits_without_counting(prompt_text: str, *, max_tokens: int, max_model_len: int) -> bool:
+    """True when the prompt surely fits: a token is never less than one UTF-8 byte.
+
+    Only prompts that might not fit are counted with the engine's tokenizer, so
+    the common case adds no round trip before the request.
+    """
+    return len(prompt_text.encode()) + 8 + max_tokens <= max_model_len
+
+
+def chunks_to_drop(chunks: list[ContextChunk], *, overflow_tokens: int, chunk_tokens: dict[str, int]) -> list[str]:
+    """Ids of the least relevant chunks whose removal frees at least ``overflow_tokens``."""
+    dropped: list[str] = []
+    freed = 0
+    for chunk in sorted(chunks, key=lambda c: -c.rank):
+        if freed >= overflow_tokens:
+            break
+        dropped.append(chunk.id)
+        freed += chunk_tokens.get(chunk.id, 0) + 4  # the block's label and blank lines
+    return dropped
