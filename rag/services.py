@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from pathlib import PurePath
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
 
 from rag import chunking, embeddings, vectorstore
-from rag.models import IndexedSource
+from rag.models import Document, IndexedSource
 
 CHAPTER_COLLECTION = "chapter"
 
@@ -82,3 +86,105 @@ def chapter_index(*, force: bool = False) -> IndexReport:
         skipped += not touched
         chunks += count
     return IndexReport(indexed, skipped, chunks)
+
+
+# Documents: uploads into a user's collection, ingested by the rag.document_ingest task.
+
+
+class DocumentSuperseded(RuntimeError):
+    """The document was re-uploaded or deleted while this ingestion ran."""
+
+
+def document_upload(
+    *, owner: AbstractBaseUser, collection: str, filename: str, kind: str, size_bytes: int, text: str
+) -> Document:
+    """Save an upload and queue its ingestion; the same file name in a collection is replaced.
+
+    The ingestion task is sent only after the transaction commits, so the worker
+    always finds the row (and the new text) it was sent for.
+    """
+    from rag import tasks
+
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    values = {
+        "owner": owner,
+        "title": PurePath(filename).stem[:200] or filename[:200],
+        "kind": kind,
+        "size_bytes": size_bytes,
+        "text": text,
+        "content_hash": digest,
+        "status": Document.Status.QUEUED,
+        "progress": 0,
+        "error": "",
+        "chunk_counts": {},
+    }
+    with transaction.atomic():
+        document, _created = Document.objects.update_or_create(
+            collection=collection, filename=filename, defaults=values
+        )
+        transaction.on_commit(lambda: tasks.document_ingest.delay(document.pk))
+    return document
+
+
+def document_ingest(*, document: Document, sizes: tuple[int, ...] = chunking.CHUNK_SIZES) -> Document:
+    """Index a document at every chunk size, saving progress after each; all or nothing.
+
+    A failure removes whatever this run wrote for the document's source and marks
+    it FAILED with the reason. A re-upload during the run supersedes it: the run
+    stops and the newer task (already queued) does the work.
+    """
+    current = Document.objects.filter(pk=document.pk, content_hash=document.content_hash)
+    if not current.update(status=Document.Status.INGESTING, progress=0, error="", chunk_counts={}):
+        return _document_refreshed(document)
+    metadata = {"title": document.title, "filename": document.filename, "document_id": str(document.pk)}
+    counts: dict[str, int] = {}
+    try:
+        for done, size in enumerate(sizes, start=1):
+            _touched, counts[str(size)] = source_index(
+                collection=document.collection,
+                source=document.source,
+                text=document.text,
+                metadata=metadata,
+                sizes=(size,),
+                force=True,
+            )
+            progress = round(100 * done / len(sizes))
+            if not current.update(progress=min(progress, 99), chunk_counts=counts):
+                raise DocumentSuperseded(document.source)
+        current.update(status=Document.Status.READY, progress=100, chunk_counts=counts)
+    except DocumentSuperseded:
+        if Document.objects.filter(pk=document.pk).exists():
+            # The newer run may have finished before this one's last write: one more
+            # run with the current text makes sure nothing of the old text remains.
+            from rag import tasks
+
+            transaction.on_commit(lambda: tasks.document_ingest.delay(document.pk))
+        else:
+            _source_remove(collection=document.collection, source=document.source)
+    except Exception as exc:
+        reason = f"{type(exc).__name__}: {exc}"
+        try:
+            _source_remove(collection=document.collection, source=document.source)
+        except Exception as cleanup:  # Chroma is down: the next ingestion replaces what is left
+            reason += f" (cleanup failed: {type(cleanup).__name__}: {cleanup})"
+        current.update(status=Document.Status.FAILED, progress=0, error=reason[:2000], chunk_counts={})
+    return _document_refreshed(document)
+
+
+def document_delete(*, document: Document) -> None:
+    """Remove a document's chunks from the vector store, then the document itself.
+
+    Raises ``vectorstore.RetrievalUnavailable`` (and keeps the document) when
+    Chroma cannot be reached, so no chunk is left behind without its document.
+    """
+    _source_remove(collection=document.collection, source=document.source)
+    document.delete()
+
+
+def _source_remove(*, collection: str, source: str) -> None:
+    vectorstore.delete_where(collection, {"source": source})
+    IndexedSource.objects.filter(collection=collection, source=source).delete()
+
+
+def _document_refreshed(document: Document) -> Document:
+    return Document.objects.filter(pk=document.pk).first() or document

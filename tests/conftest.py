@@ -74,6 +74,14 @@ def migrated_database() -> None:
 
 
 @pytest.fixture(scope="session")
+def chapter_indexed(chroma_server: str, migrated_database: None) -> None:
+    """The chapter embedded in Chroma at every chunk size, as `make run`'s index step does."""
+    subprocess.run(
+        [sys.executable, "manage.py", "build_index", "--wait", "60"], cwd=ROOT, check=True, capture_output=True
+    )
+
+
+@pytest.fixture(scope="session")
 def celery_worker(redis_server: str, migrated_database: None) -> harness.Service:
     return _running("worker")
 

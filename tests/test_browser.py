@@ -36,3 +36,73 @@ def test_the_language_switch_turns_the_site_english(full_stack: str, browser: ob
     assert page.locator("html").get_attribute("lang") == "en"
     assert "Chapter 16" in page.locator("h1").inner_text()
     page.close()
+
+
+def test_a_learner_asks_watches_tokens_arrive_stops_an_answer_and_compares_two_settings(
+    full_stack: str, chapter_indexed: None, browser: object
+) -> None:
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})  # type: ignore[attr-defined]
+    page.goto(f"{full_stack}/chat/")
+    page.wait_for_selector("#socket-state[data-state=open]", timeout=15_000)
+    page.fill("textarea[name=question]", "프리필과 디코드는 어떻게 다른가요?")
+    page.fill("input[name=max_tokens]", "48")
+    page.click("#ask-button")
+    first = page.locator(".answer").nth(0)
+    # Tokens arrive one after another: the text is seen at several lengths before the answer ends.
+    lengths: set[int] = set()
+    for _ in range(600):
+        if first.get_attribute("data-status") != "streaming":
+            break
+        lengths.add(len(first.locator(".text").inner_text()))
+        page.wait_for_timeout(50)
+    assert len(lengths - {0}) >= 2, lengths
+    page.wait_for_selector(".answer[data-status=done]", timeout=120_000)
+    for key in ("retrieval", "prefill_server", "ttft", "decode_client", "tpot", "queue"):
+        assert "ms" in first.locator(f"td[data-k={key}]").inner_text(), key
+    assert int(first.locator("td[data-k=prompt_tokens]").inner_text()) > 0
+    assert first.locator("td[data-k=split]").inner_text().count("/") == 2
+    page.wait_for_function(
+        "document.querySelector('.answer td[data-k=websocket]').textContent.includes('ms')", timeout=10_000
+    )
+    widths = [first.locator(f".seg-{p}").evaluate("e => parseFloat(e.style.width)") for p in ("prefill", "decode")]
+    assert all(w > 0 for w in widths)
+    assert first.locator(".sources li[data-chunk]").count() >= 1
+    assert "질문: 프리필과 디코드는" in first.locator(".prompt pre").text_content()
+
+    # A long answer, stopped half-way: the partial text stays and is marked stopped.
+    page.fill("textarea[name=question]", "KV 캐시를 아주 길고 자세하게 설명해 주세요.")
+    page.fill("input[name=max_tokens]", "600")
+    page.fill("input[name=temperature]", "1")
+    page.click("#ask-button")
+    second = page.locator(".answer").nth(1)
+    page.wait_for_function(
+        "document.querySelectorAll('.answer')[1].querySelector('.text').textContent.length > 3", timeout=120_000
+    )
+    second.locator("button.stop").click()
+    page.wait_for_selector(".answer[data-status=stopped]", timeout=15_000)
+    assert second.locator(".text").inner_text().strip()
+    assert second.locator("td[data-k=ttft]").inner_text().endswith("ms")
+
+    # Ask the first question again with other settings: the two answers stand side by side.
+    first.locator("button.again").click()
+    page.fill("input[name=top_k]", "1")
+    page.fill("input[name=max_tokens]", "16")
+    page.fill("input[name=temperature]", "0")
+    page.click("#ask-button")
+    pair = page.locator(".turn.side-by-side")
+    pair.wait_for(timeout=10_000)
+    page.wait_for_function(
+        "document.querySelectorAll('.turn.side-by-side .answer[data-status=done]').length === 2", timeout=120_000
+    )
+    assert pair.locator(".answer").nth(1).locator(".sources li[data-chunk]").count() == 1
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "chat-side-by-side.png"), full_page=True)
+
+    # Reopened from the history, the same three answers and their panels come back.
+    page.goto(f"{full_stack}/chat/history/")
+    page.locator("table.history a").first.click()
+    page.wait_for_selector(".answer[data-status=stopped]")
+    assert page.locator(".answer").count() == 3
+    assert page.locator(".turn.side-by-side .answer").count() == 2
+    assert "ms" in page.locator(".answer td[data-k=ttft]").first.inner_text()
+    page.close()

@@ -134,7 +134,8 @@ def test_the_second_answer_is_estimated_from_the_first_ones_speeds(fake: fake_vl
             await socket.send_json_to(_ask() | {"id": f"q{n}"})
             frames = await _until_done(socket)
         await socket.disconnect()
-        return frames[-1]["answer"]
+        answer: dict[str, Any] = frames[-1]["answer"]
+        return answer
 
     estimate = aio.run(go())["timings"]["estimate"]
     assert estimate["total_s"] == pytest.approx(estimate["prefill_s"] + estimate["decode_s"])
@@ -243,7 +244,8 @@ def _failed_answer(fake: fake_vllm.Script, **settings: Any) -> dict[str, Any]:
         await socket.send_json_to(_ask(**settings))
         frames = await _until_done(socket, timeout=15)
         await socket.disconnect()
-        return frames[-1]["answer"]
+        answer: dict[str, Any] = frames[-1]["answer"]
+        return answer
 
     return aio.run(go())
 
@@ -333,7 +335,7 @@ def test_ask_again_links_the_new_answer_to_the_first_and_browser_timing_gives_th
         await socket.send_json_to(
             {"type": "client_timing", "answer_id": second["answer_id"], "first_token_ms": server_first + 4.5}
         )
-        overhead = await socket.receive_json_from(timeout=5)
+        overhead: dict[str, Any] = await socket.receive_json_from(timeout=5)
         await socket.disconnect()
         return overhead
 

@@ -61,7 +61,9 @@ def test_the_prompt_is_instructions_then_chunks_in_source_order_then_the_questio
     assert text.endswith("질문: 프리필이란?\n답변:")
     # Same chunks in another rank order make the same text: the prefix cache can reuse it.
     swapped = [chunk("b", "chapter/ko/b", 0, rank=2), chunk("a", "chapter/ko/a", 3, rank=1)]
-    assert prompting.prompt_build("다른 질문", swapped, brief=False).text.startswith(prompt.instructions + prompt.context)
+    assert prompting.prompt_build("다른 질문", swapped, brief=False).text.startswith(
+        prompt.instructions + prompt.context
+    )
 
 
 def test_brief_changes_only_the_instructions_and_no_chunks_says_so() -> None:
@@ -90,7 +92,9 @@ def test_trimming_drops_the_least_relevant_chunks_first() -> None:
 
 
 def test_relevance_is_the_weighted_share_of_question_terms_in_the_chunk() -> None:
-    index = lexical.BM25Index.build({"hit": "프리필은 입력 토큰을 한 번에 처리한다", "miss": "디코드는 한 토큰씩 만든다"})
+    index = lexical.BM25Index.build(
+        {"hit": "프리필은 입력 토큰을 한 번에 처리한다", "miss": "디코드는 한 토큰씩 만든다"}
+    )
     assert index.coverage("프리필", "hit") == pytest.approx(1.0)
     assert index.coverage("프리필", "miss") == 0.0
     assert 0.0 < index.coverage("프리필 디코드", "hit") < 1.0
