@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 import pytest
 import websockets
+from websockets.exceptions import InvalidStatus
 from websockets.typing import Origin
 
 from tests import aio
@@ -154,5 +155,19 @@ def test_a_chat_socket_without_a_session_is_refused(chat: dict[str, str]) -> Non
             pass
 
     # Closed before the handshake completes: Daphne answers the upgrade with 403.
-    with pytest.raises(websockets.exceptions.InvalidStatus, match="403"):
+    with pytest.raises(InvalidStatus, match="403"):
         aio.run(go())
+
+
+def test_the_overhead_benchmark_compares_the_chat_with_direct_vllm(chat: dict[str, str]) -> None:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    out = StringIO()
+    call_command("chat_overhead", web=chat["web"], runs=2, json=True, stdout=out)
+    summary = json.loads(out.getvalue())
+    assert summary["runs"] == 2 and len(summary["rows"]) == 2
+    assert summary["direct_ttft_ms"] > 0 and summary["chat_ttft_ms"] > 0
+    assert summary["chat_ttft_ms"] >= summary["chat_client_ttft_ms"]
+    assert summary["ratio"] == pytest.approx(summary["chat_ttft_ms"] / summary["direct_ttft_ms"], rel=0.01)

@@ -1,0 +1,174 @@
+"""How much the chat path adds to time-to-first-token, compared with calling vLLM directly.
+
+For each run it asks one question through the real chat websocket (retrieval,
+prompt assembly, our client, Daphne, the socket) and sends the very same prompt
+straight to vLLM, alternating which goes first. Each question carries a fresh
+nonce at the end, so both requests find the same prefix cache state: the shared
+instructions and chunks cached, the question itself not.
+
+    python manage.py chat_overhead --web http://127.0.0.1:8000 --runs 10
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import time
+import uuid
+from typing import Any
+
+import httpx
+import websockets
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from websockets.exceptions import WebSocketException
+from websockets.typing import Origin
+
+from rag import vllm_client
+
+QUESTION = "프리필과 디코드는 어떻게 다른가요?"
+
+
+class Command(BaseCommand):
+    help = "Median TTFT through the chat websocket vs the same prompt sent straight to vLLM."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--web", default="http://127.0.0.1:8000", help="the lab's web server")
+        parser.add_argument("--runs", type=int, default=10)
+        parser.add_argument("--top-k", type=int, default=4)
+        parser.add_argument("--max-tokens", type=int, default=8)
+        parser.add_argument("--cookie", default="", help="a signed-in session cookie (class mode)")
+        parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if options["runs"] < 1:
+            raise CommandError("--runs must be at least 1")
+        try:
+            summary = asyncio.run(measure(options))
+        except (OSError, httpx.HTTPError, WebSocketException) as exc:
+            raise CommandError(f"could not reach the lab at {options['web']}: {exc}") from exc
+        if options["json"]:
+            self.stdout.write(json.dumps(summary))
+            return
+        self.stdout.write(
+            f"runs {summary['runs']}, top-k {options['top_k']}, max_tokens {options['max_tokens']}, "
+            f"prompt ~{summary['prompt_tokens']} tokens, model {summary['model']}"
+        )
+        rows = [
+            ("TTFT direct to vLLM (our client)", summary["direct_ttft_ms"]),
+            ("TTFT through the chat (browser side of the socket)", summary["chat_ttft_ms"]),
+            ("  of which retrieval", summary["retrieval_ms"]),
+            ("  question received -> request sent to vLLM", summary["prep_ms"]),
+            ("  our vLLM client's own TTFT inside the chat", summary["chat_client_ttft_ms"]),
+            ("  websocket + consumer (socket TTFT - server's first-token send)", summary["socket_ms"]),
+            ("overhead the chat adds to TTFT", summary["overhead_ms"]),
+            ("overhead without retrieval", summary["overhead_without_retrieval_ms"]),
+        ]
+        for label, value in rows:
+            self.stdout.write(f"{label:<66} median {value:9.1f} ms")
+        self.stdout.write(f"ratio chat/direct TTFT: {summary['ratio']:.3f}")
+
+
+async def _cookie(web: str, given: str) -> str:
+    if given:
+        return given if "=" in given else f"sessionid={given}"
+    async with httpx.AsyncClient(timeout=30) as http:
+        response = await http.get(f"{web}/chat/")
+        response.raise_for_status()
+        session = response.cookies.get("sessionid")
+        if not session:
+            raise CommandError("the lab did not sign this client in (class mode? pass --cookie)")
+        return f"sessionid={session}"
+
+
+async def _chat(socket: Any, ask_id: str, question: str, options: dict[str, Any]) -> tuple[float, dict[str, Any]]:
+    settings = {"top_k": options["top_k"], "max_tokens": options["max_tokens"], "temperature": 0}
+    sent = time.perf_counter()
+    await socket.send(json.dumps({"type": "ask", "id": ask_id, "question": question, "settings": settings}))
+    first: float | None = None
+    while True:
+        frame = json.loads(await asyncio.wait_for(socket.recv(), 300))
+        if frame.get("id") != ask_id:
+            continue
+        if frame["type"] == "token" and first is None:
+            first = time.perf_counter()
+        if frame["type"] == "error":
+            raise CommandError(f"the chat refused the question: {frame['error']}")
+        if frame["type"] == "done":
+            answer: dict[str, Any] = frame["answer"]
+            if answer["status"] != "done" or first is None:
+                raise CommandError(f"the chat answer failed: {answer['error'] or 'no tokens'}")
+            return (first - sent) * 1000, answer
+
+
+async def measure(options: dict[str, Any]) -> dict[str, Any]:
+    web = options["web"].rstrip("/")
+    cookie = await _cookie(web, options["cookie"])
+    url = web.replace("http://", "ws://").replace("https://", "wss://") + "/ws/chat/"
+    model = await asyncio.to_thread(vllm_client.model_name)
+    rows: list[dict[str, float]] = []
+    prompt_tokens = 0
+    async with (
+        websockets.connect(url, origin=Origin(web), additional_headers={"Cookie": cookie}, open_timeout=10) as socket,
+        httpx.AsyncClient(base_url=vllm_client.base_url(), timeout=300) as http,
+    ):
+        # One warm-up of each path: loads the embedding model and caches the shared prefix.
+        _, warm = await _chat(socket, "warm", f"{QUESTION} ({uuid.uuid4().hex[:8]})", options)
+        await vllm_client.stream_completion(warm["prompt"], max_tokens=1, model=model, client=http)
+        for run in range(options["runs"]):
+            nonce, other = uuid.uuid4().hex[:8], uuid.uuid4().hex[:8]
+            question = f"{QUESTION} ({nonce})"
+
+            async def direct(prompt: str) -> float:
+                record = await vllm_client.stream_completion(
+                    prompt,
+                    max_tokens=options["max_tokens"],
+                    model=model,
+                    stop=["\n질문:", "\n[자료"],
+                    client=http,
+                )
+                if record.ttft is None:
+                    raise CommandError(f"the direct request failed: {record.error}")
+                return record.ttft * 1000
+
+            if run % 2 == 0:
+                chat_ttft, answer = await _chat(socket, f"r{run}", question, options)
+                direct_ttft = await direct(answer["prompt"].replace(nonce, other))
+            else:
+                # Direct first needs the prompt the chat will build: take the warm-up's, with this nonce.
+                direct_ttft = await direct(warm["prompt"].replace(warm["question"], f"{QUESTION} ({other})"))
+                chat_ttft, answer = await _chat(socket, f"r{run}", question, options)
+            t = answer["timings"]
+            prompt_tokens = t["tokens"]["prompt"]
+            rows.append(
+                {
+                    "chat": chat_ttft,
+                    "direct": direct_ttft,
+                    "retrieval": t["retrieval_ms"] or 0.0,
+                    "prep": t["prep_ms"] or 0.0,
+                    "client": t["client"]["ttft_ms"],
+                    "socket": chat_ttft - t["server_first_token_ms"],
+                }
+            )
+
+    def median(key: str) -> float:
+        return round(statistics.median(r[key] for r in rows), 1)
+
+    overhead = [r["chat"] - r["direct"] for r in rows]
+    return {
+        "runs": len(rows),
+        "model": model,
+        "prompt_tokens": prompt_tokens,
+        "direct_ttft_ms": median("direct"),
+        "chat_ttft_ms": median("chat"),
+        "retrieval_ms": median("retrieval"),
+        "prep_ms": median("prep"),
+        "chat_client_ttft_ms": median("client"),
+        "socket_ms": median("socket"),
+        "overhead_ms": round(statistics.median(overhead), 1),
+        "overhead_without_retrieval_ms": round(
+            statistics.median(o - r["retrieval"] for o, r in zip(overhead, rows, strict=True)), 1
+        ),
+        "ratio": round(median("chat") / median("direct"), 3),
+        "rows": rows,
+    }
