@@ -287,7 +287,7 @@ def estimate(record: RequestRecord, speeds: Speeds | None) -> dict[str, Any] | N
     }
 
 
-async def answer_run(run: AnswerRun, send: Send, speeds: Speeds | None = None) -> None:
+async def answer_run(run: AnswerRun, send: Send) -> None:
     """Retrieve, assemble, stream and measure one answer; errors end up in ``run.error``."""
     try:
         info = await _engine()
@@ -363,7 +363,6 @@ async def answer_run(run: AnswerRun, send: Send, speeds: Speeds | None = None) -
         run.error = _engine_error(run.record.error, run.stall_timeout_s)
         return
     await _measure_prompt(run)
-    run.estimate = estimate(run.record, speeds)
 
 
 def _engine_error(error: str, stall_timeout_s: float) -> str:

@@ -17,6 +17,7 @@ import contextlib
 import json
 import logging
 import re
+import time
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -99,6 +100,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         await self.send_json(frame)
 
     async def _ask(self, content: dict[str, Any]) -> None:
+        received_at = time.perf_counter()  # the panel's server-side clock starts at the frame's arrival
         client_id = content.get("id")
         if not isinstance(client_id, str) or not _CLIENT_ID.match(client_id):
             await self._error(_("id: 영문자, 숫자, -, _ 로 된 40자 이하의 문자열이어야 합니다."))
@@ -134,6 +136,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             collection=access.collection_resolve(self.user, chat_settings.collection),
             language=self.language,
             stall_timeout_s=float(settings.CHAT_TIMEOUT_S),
+            received_at=received_at,
         )
         await self.send_json(
             {
@@ -155,8 +158,10 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         status = Answer.Status.FAILED
         try:
             with translation.override(self.language):
-                speeds = await database_sync_to_async(conversations.learner_speeds)(self.user)
-                await chat.answer_run(run, send, speeds)
+                await chat.answer_run(run, send)
+                if not run.error:  # after the stream, so it never delays the first token
+                    speeds = await database_sync_to_async(conversations.learner_speeds)(self.user)
+                    run.estimate = chat.estimate(run.record, speeds)
             status = Answer.Status.FAILED if run.error else Answer.Status.DONE
         except asyncio.CancelledError:
             status = Answer.Status.STOPPED

@@ -37,6 +37,12 @@ class Command(BaseCommand):
         parser.add_argument("--runs", type=int, default=10)
         parser.add_argument("--top-k", type=int, default=4)
         parser.add_argument("--max-tokens", type=int, default=8)
+        parser.add_argument(
+            "--pause",
+            type=float,
+            default=1.5,
+            help="seconds of quiet before each request (vLLM's CPU worker busy-polls for 1 s after each step)",
+        )
         parser.add_argument("--cookie", default="", help="a signed-in session cookie (class mode)")
         parser.add_argument("--json", action="store_true", help="print the summary as JSON")
 
@@ -52,6 +58,7 @@ class Command(BaseCommand):
             return
         self.stdout.write(
             f"runs {summary['runs']}, top-k {options['top_k']}, max_tokens {options['max_tokens']}, "
+            f"pause {options['pause']} s, "
             f"prompt ~{summary['prompt_tokens']} tokens, model {summary['model']}"
         )
         rows = [
@@ -83,6 +90,7 @@ async def _cookie(web: str, given: str) -> str:
 
 async def _chat(socket: Any, ask_id: str, question: str, options: dict[str, Any]) -> tuple[float, dict[str, Any]]:
     settings = {"top_k": options["top_k"], "max_tokens": options["max_tokens"], "temperature": 0}
+    await asyncio.sleep(options.get("pause", 0))
     sent = time.perf_counter()
     await socket.send(json.dumps({"type": "ask", "id": ask_id, "question": question, "settings": settings}))
     first: float | None = None
@@ -120,6 +128,7 @@ async def measure(options: dict[str, Any]) -> dict[str, Any]:
             question = f"{QUESTION} ({nonce})"
 
             async def direct(prompt: str) -> float:
+                await asyncio.sleep(options["pause"])
                 record = await vllm_client.stream_completion(
                     prompt,
                     max_tokens=options["max_tokens"],
