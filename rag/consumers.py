@@ -26,7 +26,7 @@ from django.conf import settings
 from django.utils import translation
 from django.utils.translation import gettext as _
 
-from rag import access, chat, conversations, prompting
+from rag import access, chat, conversations, embeddings, prompting
 from rag.models import Answer
 
 log = logging.getLogger(__name__)
@@ -49,6 +49,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         self.language = self._language()
         self.in_flight: dict[str, asyncio.Task[None]] = {}
         await self.accept()
+        embeddings.warm_in_background()
 
     def _language(self) -> str:
         cookie = (self.scope.get("cookies") or {}).get(settings.LANGUAGE_COOKIE_NAME, "")

@@ -52,6 +52,30 @@ def get_model() -> SentenceTransformer:
         return _load(model_name())
 
 
+_warming: threading.Thread | None = None
+
+
+def warm_in_background() -> None:
+    """Start loading the model (seconds on a CPU) while a learner is still typing.
+
+    The chat calls this when a socket opens, so the first question's retrieval
+    time is the search itself, not the model's one-time load.
+    """
+    global _warming
+    with _lock:
+        if _warming is not None:
+            return
+
+        def load() -> None:
+            try:
+                get_model()
+            except Exception:  # noqa: S110 - the first real embed reports the error
+                pass
+
+        _warming = threading.Thread(target=load, name="embedding-warm-up", daemon=True)
+        _warming.start()
+
+
 def embed(texts: list[str]) -> list[list[float]]:
     vectors = get_model().encode(texts, normalize_embeddings=True, convert_to_numpy=True)
     return [vector.tolist() for vector in vectors]
