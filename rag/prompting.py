@@ -34,30 +34,24 @@ class ChatSettings:
         return asdict(self)
 
 
-def _integer(raw: dict[str, Any], key: str, low: int, high: int, default: int) -> int:
+def _number(raw: dict[str, Any], key: str, low: float, high: float, default: float, *, whole: bool = False) -> float:
+    """A number in [low, high] (a whole one if ``whole``); JSON numbers or numeric strings."""
     value = raw.get(key, default)
+    kind = "a whole number" if whole else "a number"
+    problem = SettingsError(f"{key}: expected {kind} from {low} to {high}, got {value!r}")
     if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise SettingsError(f"{key}: expected a whole number from {low} to {high}, got {value!r}")
+        raise problem
     try:
         number = float(value)
     except ValueError:
-        raise SettingsError(f"{key}: expected a whole number from {low} to {high}, got {value!r}") from None
-    if number != int(number) or not low <= number <= high:
-        raise SettingsError(f"{key}: expected a whole number from {low} to {high}, got {value!r}")
-    return int(number)
-
-
-def _number(raw: dict[str, Any], key: str, low: float, high: float, default: float) -> float:
-    value = raw.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise SettingsError(f"{key}: expected a number from {low} to {high}, got {value!r}")
-    try:
-        number = float(value)
-    except ValueError:
-        raise SettingsError(f"{key}: expected a number from {low} to {high}, got {value!r}") from None
-    if not low <= number <= high:  # also false for NaN
-        raise SettingsError(f"{key}: expected a number from {low} to {high}, got {value!r}")
+        raise problem from None
+    if not low <= number <= high or (whole and number != int(number)):  # NaN fails the range test
+        raise problem
     return number
+
+
+def _integer(raw: dict[str, Any], key: str, low: int, high: int, default: int) -> int:
+    return int(_number(raw, key, low, high, default, whole=True))
 
 
 def settings_parse(raw: Any, *, collections: list[str]) -> ChatSettings:

@@ -125,18 +125,15 @@ def count(name: str) -> int:
 @_guarded
 def get_where(name: str, where: dict[str, Any]) -> list[Hit]:
     """Every stored chunk matching ``where`` (distance 0: not a search)."""
-    result = collection(name).get(where=where, include=["documents", "metadatas"])
-    docs = result.get("documents") or []
-    metas = result.get("metadatas") or []
-    return [
-        Hit(id=i, document=d, metadata=dict(m or {}), distance=0.0)
-        for i, d, m in zip(result["ids"], docs, metas, strict=True)
-    ]
+    return _stored(collection(name).get(where=where, include=["documents", "metadatas"]))
 
 
 @_guarded
 def get_ids(name: str, ids: list[str]) -> list[Hit]:
-    result = collection(name).get(ids=ids, include=["documents", "metadatas"])
+    return _stored(collection(name).get(ids=ids, include=["documents", "metadatas"]))
+
+
+def _stored(result: Any) -> list[Hit]:
     docs = result.get("documents") or []
     metas = result.get("metadatas") or []
     return [

@@ -99,6 +99,17 @@ def model_name() -> str:
     return engine_info().model
 
 
+def _streaming(model: str | None, max_tokens: int, temperature: float) -> dict[str, Any]:
+    """What every streamed request carries: usage on every chunk, per METRICS.md."""
+    return {
+        "model": model or model_name(),
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+        "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+    }
+
+
 async def stream_completion(
     prompt: str,
     *,
@@ -117,14 +128,7 @@ async def stream_completion(
     ``timeout`` bounds every wait on the server (connect, each read): a stalled
     engine ends the request with an error instead of hanging the caller.
     """
-    payload: dict[str, Any] = {
-        "model": model or model_name(),
-        "prompt": prompt,
-        "max_tokens": max_tokens,
-        "temperature": temperature,
-        "stream": True,
-        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
-    }
+    payload = _streaming(model, max_tokens, temperature) | {"prompt": prompt}
     if ignore_eos:
         payload["ignore_eos"] = True
     if stop:
@@ -144,14 +148,7 @@ async def stream_chat(
     record: RequestRecord | None = None,
 ) -> RequestRecord:
     """Stream one /v1/chat/completions request (the model's own chat template)."""
-    payload: dict[str, Any] = {
-        "model": model or model_name(),
-        "messages": messages,
-        "max_tokens": max_tokens,
-        "temperature": temperature,
-        "stream": True,
-        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
-    }
+    payload = _streaming(model, max_tokens, temperature) | {"messages": messages}
     return await _stream(
         "/v1/chat/completions", payload, on_text=on_text, client=client, timeout=timeout, record=record
     )
