@@ -1,7 +1,8 @@
 """Which collections a user may search or add to (used by views and the chat consumer alike).
 
 A user never reaches another user's collection: an unknown or foreign key is
-"not found", never a permission hint. Class collections arrive with classes.
+"not found", never a permission hint. Every member of a class may search and
+add to the class's collection; the uploader or the class's instructor may delete.
 """
 
 from __future__ import annotations
@@ -33,9 +34,21 @@ def user_collection_name(user: AbstractBaseUser | AnonymousUser) -> str:
 
 
 def collections_for(user: AbstractBaseUser | AnonymousUser) -> list[CollectionRef]:
+    from labapp.models import Membership
+
     refs = [CollectionRef("chapter", CHAPTER_COLLECTION, _("챕터 본문"), by_language=True)]
     if user.is_authenticated:
         refs.append(CollectionRef("mine", user_collection_name(user), _("내 문서"), by_language=False))
+        for membership in Membership.objects.filter(user_id=user.pk).select_related("classroom"):
+            classroom = membership.classroom
+            refs.append(
+                CollectionRef(
+                    f"class-{classroom.pk}",
+                    classroom.collection_name,
+                    _("수업 자료: %(name)s") % {"name": classroom.name},
+                    by_language=False,
+                )
+            )
     return refs
 
 
@@ -46,11 +59,40 @@ def collection_resolve(user: AbstractBaseUser | AnonymousUser, key: str) -> Coll
     raise CollectionNotFound(key)
 
 
-def document_for(user: AbstractBaseUser | AnonymousUser, document_id: int) -> Document:
-    """The user's own document, or 404 (another user's document does not exist for them)."""
+def document_for(user: AbstractBaseUser | AnonymousUser, document_id: int, *, manage: bool = False) -> Document:
+    """A document in one of the user's collections, or 404 (others do not exist for them).
+
+    ``manage`` (deleting) needs more: the uploader, or an instructor of the class
+    whose collection holds it.
+    """
     if not user.is_authenticated:
         raise Http404("document not found")
-    document = Document.objects.filter(pk=document_id, owner_id=user.pk).first()
+    document = Document.objects.filter(pk=document_id, collection__in=documents_visible(user)).first()
     if document is None:
         raise Http404("document not found")
+    if manage and not can_manage(user, document):
+        raise Http404("document not found")
     return document
+
+
+def can_manage(user: AbstractBaseUser | AnonymousUser, document: Document) -> bool:
+    from labapp.models import Membership
+
+    if not user.is_authenticated:
+        return False
+    if document.owner_id == user.pk:
+        return True
+    classroom_id = _classroom_id(document.collection)
+    return classroom_id is not None and (
+        Membership.objects.filter(user_id=user.pk, role=Membership.Role.INSTRUCTOR, classroom_id=classroom_id).exists()
+    )
+
+
+def documents_visible(user: AbstractBaseUser | AnonymousUser) -> list[str]:
+    """The collections whose documents the user's document list shows."""
+    return [ref.name for ref in collections_for(user) if ref.key != "chapter"]
+
+
+def _classroom_id(collection: str) -> int | None:
+    prefix, _sep, number = collection.partition("-")
+    return int(number) if prefix == "class" and number.isdigit() else None

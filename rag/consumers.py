@@ -117,8 +117,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             if unknown:
                 raise prompting.SettingsError(_("알 수 없는 필드: %(f)s") % {"f": ", ".join(unknown)})
             question = prompting.question_clean(content.get("question"))
-            keys = [ref.key for ref in access.collections_for(self.user)]
-            chat_settings = prompting.settings_parse(content.get("settings"), collections=keys)
+            refs = {ref.key: ref for ref in await database_sync_to_async(access.collections_for)(self.user)}
+            chat_settings = prompting.settings_parse(content.get("settings"), collections=list(refs))
             conversation_id = _optional_id(content.get("conversation"), "conversation")
             parent_id = _optional_id(content.get("parent"), "parent")
             answer = await database_sync_to_async(conversations.answer_start)(
@@ -134,7 +134,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         run = chat.AnswerRun(
             question=question,
             settings=chat_settings,
-            collection=access.collection_resolve(self.user, chat_settings.collection),
+            collection=refs[chat_settings.collection],
             language=self.language,
             stall_timeout_s=float(settings.CHAT_TIMEOUT_S),
             received_at=received_at,

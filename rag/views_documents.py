@@ -19,7 +19,14 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from rag import chunking, retrieval, services, vllm_client
-from rag.access import CollectionRef, collection_resolve, collections_for, document_for
+from rag.access import (
+    CollectionRef,
+    can_manage,
+    collection_resolve,
+    collections_for,
+    document_for,
+    documents_visible,
+)
 from rag.documents import ALLOWED_LABEL, MAX_LABEL, DocumentRejected, document_kind, document_text, too_large
 from rag.models import Document, IndexedSource
 from rag.vectorstore import RetrievalUnavailable
@@ -86,7 +93,11 @@ class DocumentUploadForm(forms.Form):
 
 
 def _rows_context(user: AbstractBaseUser) -> dict[str, Any]:
-    documents = list(Document.objects.filter(owner_id=user.pk).defer("text"))
+    documents = list(Document.objects.filter(collection__in=documents_visible(user)).defer("text"))
+    labels = {ref.name: ref.label for ref in collections_for(user)}
+    for document in documents:
+        document.collection_label = labels.get(document.collection, document.collection)  # type: ignore[attr-defined]
+        document.can_manage = can_manage(user, document)  # type: ignore[attr-defined]
     busy = any(d.status in (Document.Status.QUEUED, Document.Status.INGESTING) for d in documents)
     return {"documents": documents, "busy": busy, "chunk_sizes": chunking.CHUNK_SIZES}
 
@@ -123,7 +134,7 @@ def document_rows(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def document_delete(request: HttpRequest, document_id: int) -> HttpResponse:
-    document = document_for(request.user, document_id)
+    document = document_for(request.user, document_id, manage=True)
     try:
         services.document_delete(document=document)
     except RetrievalUnavailable as exc:

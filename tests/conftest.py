@@ -24,6 +24,13 @@ def _start_once(name: str) -> harness.Service:
     return _services[name]
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Playwright's sync API keeps an event loop running in the main thread for the rest of
+    # the session, after which Django refuses ORM calls there and asyncio.run() fails:
+    # tests that use the browser go last.
+    items.sort(key=lambda item: "browser" in getattr(item, "fixturenames", ()))
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     # The engine takes the longest to come up: start it while the unit tests run.
     if settings.VLLM_EMBEDDED and any("engine" in getattr(item, "fixturenames", ()) for item in session.items):

@@ -396,3 +396,29 @@ def test_asyncio_tasks_do_not_leak_after_the_socket_closes(fake: fake_vllm.Scrip
         return len([t for t in asyncio.all_tasks() if "_answer" in repr(t.get_coro())])
 
     assert aio.run(go()) == 0
+
+
+def test_a_class_collection_is_offered_to_its_members_only(fake: fake_vllm.Script) -> None:
+    from labapp.models import Classroom, Membership
+
+    classroom = Classroom.objects.create(name="실습반", join_code="abc")
+    member_cookie = _cookie("member")
+    outsider_cookie = _cookie("outsider")
+    Membership.objects.create(classroom=classroom, user=User.objects.get(username="member"))
+    key = f"class-{classroom.pk}"
+
+    async def go(cookie: bytes) -> dict[str, Any]:
+        socket = _socket(cookie)
+        await socket.connect()
+        await socket.send_json_to(_ask(collection=key))
+        frames = await _until_done(socket)
+        await socket.disconnect()
+        return frames[-1]
+
+    assert aio.run(go(member_cookie))["answer"]["status"] == "done"
+    refused = aio.run(go(outsider_cookie))
+    assert refused["type"] == "error" and "collection" in refused["error"]
+    member = Client()
+    member.force_login(User.objects.get(username="member"))
+    assert f'value="{key}"' in member.get("/documents/").content.decode()
+    assert f'value="{key}"' in member.get("/chat/").content.decode()

@@ -231,3 +231,43 @@ def test_the_preview_counts_tokens_with_the_engines_tokenizer(owner: User, owner
     assert all(count > 0 for count in counts)
     # Korean text costs more than one token per few characters, never zero and never one per byte.
     assert sum(counts) < len(HANDBOOK.encode())
+
+
+def test_a_class_members_upload_is_ingested_into_the_class_collection_and_found_by_classmates(
+    owner: User, owner_client: Client, celery_worker: harness.Service, chroma_server: str
+) -> None:
+    from labapp.models import Classroom, Membership
+
+    classroom = Classroom.objects.create(name="16장 실습반", join_code=f"c-{uuid.uuid4().hex[:8]}")
+    classmate = User.objects.create_user(username=f"mate-{uuid.uuid4().hex[:8]}")
+    outsider = User.objects.create_user(username=f"out-{uuid.uuid4().hex[:8]}")
+    Membership.objects.create(classroom=classroom, user=owner)
+    Membership.objects.create(classroom=classroom, user=classmate)
+    key = f"class-{classroom.pk}"
+    try:
+        response = owner_client.post(
+            "/documents/", {"file": SimpleUploadedFile("반 규정.md", HANDBOOK.encode()), "collection": key}
+        )
+        assert response.status_code == 302, response.content.decode()[-2000:]
+        document = wait_until_done(Document.objects.get(owner=owner).pk, celery_worker)
+        assert document.status == Document.Status.READY and document.collection == classroom.collection_name
+        assert_indexed_exactly(document, HANDBOOK.strip())
+
+        mate = Client()
+        mate.force_login(classmate)
+        page = mate.get("/retrieval/", {"question": "재택근무는 주 몇 회까지 신청할 수 있나요?", "collection": key})
+        assert "주 2회까지" in page.content.decode().split('data-rank="1"', 1)[1].split("</tr>", 1)[0]
+        assert mate.get(f"/documents/{document.pk}/preview/").status_code == 200
+        assert mate.post(f"/documents/{document.pk}/delete/").status_code == 404  # only the uploader or instructor
+
+        stranger = Client()
+        stranger.force_login(outsider)
+        assert stranger.get(f"/documents/{document.pk}/preview/").status_code == 404
+        refused = stranger.get("/retrieval/", {"question": "재택근무", "collection": key}).content.decode()
+        assert "주 2회까지" not in refused
+    finally:
+        for document in Document.objects.filter(collection=classroom.collection_name):
+            services.document_delete(document=document)
+        classroom.delete()
+        classmate.delete()
+        outsider.delete()
