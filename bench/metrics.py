@@ -27,6 +27,8 @@ class RequestRecord:
     finish_reason: str | None = None
     success: bool = False
     error: str | None = None
+    t_scheduled: float | None = None  # load generator: when the request was due to be sent
+    t_end: float | None = None  # when the request finished, successfully or not
 
     # --- derived, per METRICS.md -------------------------------------------------
     @property
@@ -57,6 +59,11 @@ class RequestRecord:
         if self.decode_time is None or not self.output_tokens or self.output_tokens <= 1:
             return None
         return self.decode_time / (self.output_tokens - 1)
+
+    @property
+    def client_queue_time(self) -> float | None:
+        """Scheduled arrival → actual send: time the load generator itself kept it waiting."""
+        return None if self.t_scheduled is None else max(0.0, self.t_send - self.t_scheduled)
 
     @property
     def prefill_time_source(self) -> str:
@@ -91,6 +98,7 @@ class RequestRecord:
             "prefill_time_source",
             "prefill_speed",
             "decode_speed",
+            "client_queue_time",
         ):
             data[name] = getattr(self, name)
         return data
@@ -136,3 +144,83 @@ def apply_chunk(record: RequestRecord, chunk: dict[str, Any], now: float) -> str
         record.prefill_time_server = seconds("time_to_first_token_ms")
         record.decode_time_server = seconds("generation_time_ms")
     return text
+
+
+# --- per run (aggregates), METRICS.md "Per run" ----------------------------------------
+
+DEFAULT_PERCENTILES = (50.0, 90.0, 95.0, 99.0)
+
+
+@dataclass(frozen=True)
+class SLO:
+    """Service-level objectives in milliseconds; None = not part of goodput."""
+
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    e2el_ms: float | None = None
+
+    def met_by(self, record: RequestRecord) -> bool:
+        checks = (
+            (self.ttft_ms, record.ttft),
+            # A single-token answer has no TPOT; it counts as 0 for goodput, as in vllm bench serve.
+            (self.tpot_ms, record.tpot if record.tpot is not None else 0.0),
+            (self.e2el_ms, record.e2el),
+        )
+        return all(limit is None or (value is not None and value * 1000 <= limit) for limit, value in checks)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default); 0.0 for no values."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q / 100
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def _stats_ms(name: str, seconds: list[float], percentiles: tuple[float, ...]) -> dict[str, float]:
+    """mean, median, std (population, as numpy) and percentiles in ms; zeros when empty."""
+    values = [v * 1000 for v in seconds]
+    mean = sum(values) / len(values) if values else 0.0
+    std = (sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5 if values else 0.0
+    stats = {f"mean_{name}_ms": mean, f"median_{name}_ms": percentile(values, 50), f"std_{name}_ms": std}
+    for q in percentiles:
+        stats[f"p{q:g}_{name}_ms"] = percentile(values, q)
+    return stats
+
+
+def summarize(
+    records: list[RequestRecord],
+    *,
+    duration: float,
+    percentiles: tuple[float, ...] = DEFAULT_PERCENTILES,
+    slo: SLO | None = None,
+    max_concurrent_requests: int | None = None,
+) -> dict[str, Any]:
+    """The run's aggregates over its successful requests (METRICS.md), keyed like vllm bench serve."""
+    ok = [r for r in records if r.success]
+    prompt = sum(r.prompt_tokens or 0 for r in ok)
+    output = sum(r.output_tokens or 0 for r in ok)
+    per_second = (lambda n: n / duration) if duration > 0 else (lambda n: 0.0)
+    good = sum(1 for r in ok if (slo or SLO()).met_by(r))
+    summary: dict[str, Any] = {
+        "duration": duration,
+        "completed": len(ok),
+        "failed": len(records) - len(ok),
+        "total_input_tokens": prompt,
+        "total_output_tokens": output,
+        "request_throughput": per_second(len(ok)),
+        "request_goodput": per_second(good) if slo is not None else None,
+        "output_throughput": per_second(output),
+        "total_token_throughput": per_second(prompt + output),
+        "max_concurrent_requests": max_concurrent_requests,
+    }
+    summary |= _stats_ms("ttft", [r.ttft for r in ok if r.ttft is not None], percentiles)
+    summary |= _stats_ms("tpot", [r.tpot for r in ok if r.tpot is not None], percentiles)
+    summary |= _stats_ms("itl", [gap for r in ok for gap in r.itl], percentiles)
+    summary |= _stats_ms("e2el", [r.e2el for r in ok if r.e2el is not None], percentiles)
+    queue = [q for r in records if (q := r.client_queue_time) is not None]
+    summary |= _stats_ms("client_queue", queue, percentiles)
+    return summary

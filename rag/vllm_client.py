@@ -244,4 +244,6 @@ async def _stream(
             record.error = "the stream ended without generated text"
     except (httpx.HTTPError, json.JSONDecodeError) as exc:
         record.error = f"{type(exc).__name__}: {exc} (vLLM at {base_url()})"
+    finally:
+        record.t_end = time.perf_counter()
     return record

@@ -1,0 +1,245 @@
+"""The load generator: streams requests to an OpenAI-compatible server under a load shape.
+
+Two shapes, as in METRICS.md: a fixed concurrency (a semaphore), or a request rate
+with gamma-distributed gaps (``burstiness`` 1 = Poisson), seeded so a run can be
+repeated. Every request is measured by ``rag.vllm_client`` into a RequestRecord;
+a failed request is a record with its error, never an exception out of the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import httpx
+
+from bench.metrics import RequestRecord
+from rag import vllm_client
+
+Api = Literal["completions", "chat"]
+OnDone = Callable[[int, int, RequestRecord], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    prompt: str
+    max_tokens: int
+    ignore_eos: bool = True
+    api: Api = "completions"
+
+
+@dataclass(frozen=True)
+class LoadShape:
+    concurrency: int | None = None  # None: no cap
+    request_rate: float = math.inf  # requests per second; inf: all due at once
+    burstiness: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.concurrency is not None and self.concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        if not self.request_rate > 0:
+            raise ValueError("request rate must be positive (inf = all at once)")
+        if not self.burstiness > 0:
+            raise ValueError("burstiness must be positive")
+
+
+def arrival_offsets(n: int, shape: LoadShape) -> list[float]:
+    """Seconds after the start at which each of ``n`` requests is due.
+
+    Gaps are gamma-distributed with mean 1/rate and shape ``burstiness`` (the
+    scale is chosen so the mean stays 1/rate): 1 is a Poisson process, smaller
+    is burstier, larger is more even.
+    """
+    if math.isinf(shape.request_rate):
+        return [0.0] * n
+    rng = random.Random(shape.seed)
+    theta = 1.0 / (shape.request_rate * shape.burstiness)
+    offsets: list[float] = []
+    at = 0.0
+    for _ in range(n):
+        offsets.append(at)
+        at += rng.gammavariate(shape.burstiness, theta)
+    return offsets
+
+
+@dataclass
+class RunResult:
+    records: list[RequestRecord]
+    started: float  # perf_counter at the first dispatch
+    ended: float  # end of the last request
+    max_concurrent: int
+    warmup: list[RequestRecord] = field(default_factory=list)
+
+    @property
+    def duration(self) -> float:
+        return max(0.0, self.ended - self.started)
+
+
+async def _one(
+    spec: RequestSpec, *, model: str, client: httpx.AsyncClient, timeout: float, record: RequestRecord
+) -> RequestRecord:
+    if spec.api == "chat":
+        return await vllm_client.stream_chat(
+            [{"role": "user", "content": spec.prompt}],
+            max_tokens=spec.max_tokens,
+            model=model,
+            client=client,
+            timeout=timeout,
+            record=record,
+        )
+    return await vllm_client.stream_completion(
+        spec.prompt,
+        max_tokens=spec.max_tokens,
+        model=model,
+        ignore_eos=spec.ignore_eos,
+        client=client,
+        timeout=timeout,
+        record=record,
+    )
+
+
+async def run(
+    specs: list[RequestSpec],
+    *,
+    base_url: str,
+    model: str,
+    shape: LoadShape,
+    warmup: int = 0,
+    timeout: float = 600.0,
+    on_done: OnDone | None = None,
+) -> RunResult:
+    """Warm up (not measured), then send ``specs`` under ``shape``; return every record."""
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    async with httpx.AsyncClient(base_url=base_url, timeout=timeout, limits=limits) as client:
+        warm = [
+            await _one(spec, model=model, client=client, timeout=timeout, record=RequestRecord())
+            for spec in specs[:warmup]
+        ]
+        semaphore = asyncio.Semaphore(shape.concurrency) if shape.concurrency else None
+        offsets = arrival_offsets(len(specs), shape)
+        records = [RequestRecord() for _ in specs]
+        in_flight = 0
+        peak = 0
+        done = 0
+        started = time.perf_counter()
+
+        async def send(index: int) -> None:
+            nonlocal in_flight, peak, done
+            record = records[index]
+            record.t_scheduled = started + offsets[index]
+            delay = record.t_scheduled - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if semaphore is not None:
+                await semaphore.acquire()
+            in_flight += 1
+            peak = max(peak, in_flight)
+            try:
+                await _one(specs[index], model=model, client=client, timeout=timeout, record=record)
+            finally:
+                in_flight -= 1
+                if semaphore is not None:
+                    semaphore.release()
+            done += 1
+            if on_done is not None:
+                await on_done(done, len(specs), record)
+
+        await asyncio.gather(*(send(i) for i in range(len(specs))))
+    ended = max((r.t_end for r in records if r.t_end is not None), default=started)
+    return RunResult(records=records, started=started, ended=ended, max_concurrent=peak, warmup=warm)
+
+
+def result_json(
+    result: RunResult,
+    summary: dict[str, Any],
+    *,
+    model: str,
+    shape: LoadShape,
+    backend: str = "openai",
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A run as vllm bench serve's --save-result --save-detailed JSON, plus our own keys."""
+    from datetime import datetime
+
+    ok = result.records
+    data: dict[str, Any] = {
+        "date": datetime.now().strftime("%Y%m%d-%H%M%S"),
+        "backend": backend,
+        "model_id": model,
+        "num_prompts": len(ok),
+        "request_rate": "inf" if math.isinf(shape.request_rate) else shape.request_rate,
+        "burstiness": shape.burstiness,
+        "max_concurrency": shape.concurrency,
+        **summary,
+        "input_lens": [r.prompt_tokens or 0 for r in ok],
+        "output_lens": [r.output_tokens or 0 for r in ok],
+        "ttfts": [r.ttft or 0.0 for r in ok],
+        "itls": [r.itl for r in ok],
+        "latencies": [r.e2el or 0.0 for r in ok],
+        "generated_texts": [r.generated_text for r in ok],
+        "errors": [r.error or "" for r in ok],
+        # ours
+        "first_chunk_ttfts": [r.first_chunk or 0.0 for r in ok],
+        "cached_tokens": [r.cached_tokens for r in ok],
+        "client_queue_times": [r.client_queue_time for r in ok],
+        "server_queue_times": [r.queue_time_server for r in ok],
+        "server_prefill_times": [r.prefill_time_server for r in ok],
+        "server_decode_times": [r.decode_time_server for r in ok],
+        "finish_reasons": [r.finish_reason for r in ok],
+    }
+    return data | (extra or {})
+
+
+CSV_COLUMNS = [
+    "index",
+    "success",
+    "error",
+    "prompt_tokens",
+    "output_tokens",
+    "cached_tokens",
+    "client_queue_time_ms",
+    "first_chunk_ms",
+    "ttft_ms",
+    "e2el_ms",
+    "decode_time_ms",
+    "tpot_ms",
+    "server_queue_ms",
+    "server_prefill_ms",
+    "server_decode_ms",
+    "finish_reason",
+]
+
+
+def result_csv_rows(result: RunResult) -> list[dict[str, Any]]:
+    """One row per request, times in ms."""
+
+    def ms(seconds: float | None) -> float | None:
+        return None if seconds is None else round(seconds * 1000, 3)
+
+    return [
+        {
+            "index": i,
+            "success": r.success,
+            "error": r.error or "",
+            "prompt_tokens": r.prompt_tokens,
+            "output_tokens": r.output_tokens,
+            "cached_tokens": r.cached_tokens,
+            "client_queue_time_ms": ms(r.client_queue_time),
+            "first_chunk_ms": ms(r.first_chunk),
+            "ttft_ms": ms(r.ttft),
+            "e2el_ms": ms(r.e2el),
+            "decode_time_ms": ms(r.decode_time),
+            "tpot_ms": ms(r.tpot),
+            "server_queue_ms": ms(r.queue_time_server),
+            "server_prefill_ms": ms(r.prefill_time_server),
+            "server_decode_ms": ms(r.decode_time_server),
+            "finish_reason": r.finish_reason or "",
+        }
+        for i, r in enumerate(result.records)
+    ]
