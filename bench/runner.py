@@ -110,16 +110,16 @@ async def run(
     base_url: str,
     model: str,
     shape: LoadShape,
-    warmup: int = 0,
+    warmup: list[RequestSpec] | None = None,
     timeout: float = 600.0,
     on_done: OnDone | None = None,
 ) -> RunResult:
-    """Warm up (not measured), then send ``specs`` under ``shape``; return every record."""
+    """Send ``warmup`` one by one (kept apart, not measured), then ``specs`` under ``shape``."""
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
     async with httpx.AsyncClient(base_url=base_url, timeout=timeout, limits=limits) as client:
         warm = [
             await _one(spec, model=model, client=client, timeout=timeout, record=RequestRecord())
-            for spec in specs[:warmup]
+            for spec in warmup or []
         ]
         semaphore = asyncio.Semaphore(shape.concurrency) if shape.concurrency else None
         offsets = arrival_offsets(len(specs), shape)

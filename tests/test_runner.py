@@ -45,7 +45,8 @@ def test_a_bad_load_shape_is_refused(bad: dict[str, float]) -> None:
 def _run(script: fake_vllm.Script, shape: LoadShape, n: int = 6, warmup: int = 0) -> runner.RunResult:
     with fake_vllm.serve(script) as url:
         specs = [RequestSpec(prompt=f"{i} 프롬프트 " * 20, max_tokens=4) for i in range(n)]
-        return aio.run(runner.run(specs, base_url=url, model="fake-model", shape=shape, warmup=warmup))
+        warm = [RequestSpec(prompt=f"warm {i}", max_tokens=4) for i in range(warmup)]
+        return aio.run(runner.run(specs, base_url=url, model="fake-model", shape=shape, warmup=warm))
 
 
 def test_a_fixed_concurrency_caps_requests_in_flight_and_shows_client_queueing() -> None:

@@ -1,0 +1,40 @@
+"""The load generator and the fidelity comparison against the real engine."""
+
+from __future__ import annotations
+
+import json
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+
+from bench import runner
+from bench.metrics import summarize
+from tests import aio
+
+pytestmark = pytest.mark.integration
+
+
+def test_the_runner_measures_the_real_engine_at_a_fixed_concurrency(engine: str) -> None:
+    from rag import vllm_client
+
+    model = vllm_client.model_name()
+    specs = [runner.RequestSpec(prompt=f"run {i}: " + "token " * 60, max_tokens=8) for i in range(4)]
+    result = aio.run(runner.run(specs, base_url=engine, model=model, shape=runner.LoadShape(concurrency=2)))
+    summary = summarize(result.records, duration=result.duration, max_concurrent_requests=result.max_concurrent)
+    assert summary["completed"] == 4 and summary["failed"] == 0, [r.error for r in result.records]
+    assert summary["total_output_tokens"] == 32  # ignore_eos: exactly max_tokens each
+    assert 0 < summary["median_ttft_ms"] < summary["median_e2el_ms"]
+    assert summary["median_tpot_ms"] > 0 and result.max_concurrent == 2
+    assert all(r.prefill_time_server is not None for r in result.records)
+
+
+def test_bench_fidelity_runs_vllm_bench_serve_and_our_runner_on_the_same_workload(engine: str) -> None:
+    out = StringIO()
+    call_command("bench_fidelity", num_prompts=4, input_len=64, output_len=8, concurrency=2, json=True, stdout=out)
+    report = json.loads(out.getvalue())
+    assert report["vllm"]["completed"] == report["ours"]["completed"] == 4
+    assert report["prompt_tokens"]["vllm"] == report["prompt_tokens"]["ours"] == 64
+    for key in ("median_ttft_ms", "median_tpot_ms", "output_throughput"):
+        assert report["vllm"][key] > 0 and report["ours"][key] > 0
+        assert 0.3 < report["ours"][key] / report["vllm"][key] < 3  # a sanity band, not a speed claim
