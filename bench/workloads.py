@@ -22,7 +22,8 @@ async def synthetic_prompts(
     """``n`` prompts of exactly ``input_tokens`` tokens each, all with different openings.
 
     Each starts with its own random words, so no two share a cached prefix; the
-    word count is found by bisection on ``/tokenize`` (a few calls per prompt).
+    word count is found by bisection on ``/tokenize`` (a few calls per prompt), then
+    one-letter words pad the prompt to the exact count.
     """
     if n < 1 or input_tokens < 1:
         raise ValueError("need at least one prompt of at least one token")
@@ -42,5 +43,12 @@ async def synthetic_prompts(
                 high = middle
             else:
                 low = middle + 1
-        prompts.append(" ".join(words[:low]))
+        # The last word may overshoot by a token or two: stop one word short and pad with a
+        # one-letter word, which adds at most one token per step, until the count is exact.
+        chosen = words[: max(1, low - 1)]
+        tokens = await count(len(chosen), chosen)
+        while tokens < input_tokens:
+            chosen = [*chosen, "a"]
+            tokens = await count(len(chosen), chosen)
+        prompts.append(" ".join(chosen))
     return prompts

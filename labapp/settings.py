@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import secrets
 from pathlib import Path
 
@@ -180,7 +181,11 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = DATA_DIR / "static"
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)
-STATICFILES_DIRS = [BASE_DIR / "labapp" / "static"]
+STATICFILES_DIRS = [
+    BASE_DIR / "labapp" / "static",
+    # plotly.js from the installed plotly package: charts work without any network.
+    ("vendor/plotly", Path(importlib.util.find_spec("plotly").origin).parent / "package_data"),  # type: ignore[union-attr,arg-type]
+]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},

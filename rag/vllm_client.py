@@ -93,6 +93,19 @@ def shared_client() -> httpx.AsyncClient:
     return per_loop[url]
 
 
+async def engine_model(url: str) -> str:
+    """The model an OpenAI-compatible server at ``url`` serves (VLLM_MODEL if set)."""
+    if settings.VLLM_MODEL:
+        return str(settings.VLLM_MODEL)
+    try:
+        async with httpx.AsyncClient(base_url=url, timeout=_SHORT) as http:
+            response = await http.get("/v1/models")
+            response.raise_for_status()
+            return str(response.json()["data"][0]["id"])
+    except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
+        raise EngineUnavailable(f"vLLM at {url}: {type(exc).__name__}: {exc}") from exc
+
+
 def model_name() -> str:
     if settings.VLLM_MODEL:
         return str(settings.VLLM_MODEL)

@@ -106,3 +106,31 @@ def test_a_learner_asks_watches_tokens_arrive_stops_an_answer_and_compares_two_s
     assert page.locator(".turn.side-by-side .answer").count() == 2
     assert "ms" in page.locator(".answer td[data-k=ttft]").first.inner_text()
     page.close()
+
+
+def test_a_learner_starts_a_speed_probe_watches_the_progress_bar_and_sees_the_chart(
+    full_stack: str, browser: object
+) -> None:
+    page = browser.new_page(viewport={"width": 1300, "height": 1000})  # type: ignore[attr-defined]
+    page.goto(f"{full_stack}/bench/")
+    page.fill("input[name=repeats]", "1")
+    page.click("#start-speed")
+    page.wait_for_selector("#job-state")
+    seen: set[int] = set()
+    for _ in range(1800):  # the real worker measures the real engine: about a minute on two cores
+        state = page.locator("#job-state")
+        if state.count() and state.get_attribute("data-status") in ("done", "failed", "cancelled"):
+            break
+        progress = page.locator("#job-progress")
+        if progress.count():
+            seen.add(int(progress.get_attribute("value") or 0))
+        page.wait_for_timeout(200)
+    assert page.locator("#job-state").get_attribute("data-status") == "done", page.locator("#job-state").inner_text()
+    assert len(seen) >= 3, f"the progress bar did not move: {seen}"
+    page.wait_for_selector("#job-chart[data-drawn=true]", timeout=10_000)
+    assert page.locator("#job-chart .main-svg").count() >= 1
+    assert float(page.locator("#prefill-speed").inner_text().replace(",", "")) > 0
+    assert float(page.locator("#decode-speed").inner_text().replace(",", "")) > 0
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "bench-speed-probe.png"), full_page=True)
+    page.close()

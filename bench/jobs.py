@@ -1,0 +1,161 @@
+"""What each benchmark job measures (async, no database): today the speed probe of Lab 1.
+
+A job reports progress after every request through ``progress``; when that
+returns False the job stops and returns what it measured so far.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from bench import runner
+from bench.estimator import gen_seconds
+from bench.metrics import RequestRecord, summarize
+from bench.workloads import synthetic_prompts
+
+Progress = Callable[[int, int, str], Awaitable[bool]]  # done, total, current cell -> keep going?
+
+# The chapter's estimator table, then an unseen shape to check the estimate against.
+SPEED_SHAPES: tuple[tuple[int, int], ...] = ((100, 50), (1500, 50), (100, 500))
+CHECK_SHAPE = (800, 100)
+
+
+@dataclass(frozen=True)
+class SpeedConfig:
+    repeats: int = 2
+    shapes: tuple[tuple[int, int], ...] = SPEED_SHAPES
+    check: tuple[int, int] = CHECK_SHAPE
+    seed: int = 0
+
+    @property
+    def total_requests(self) -> int:
+        return self.repeats * (len(self.shapes) + 1)
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def cell_summary(input_tokens: int, output_tokens: int, records: list[RequestRecord]) -> dict[str, Any]:
+    """One cell's medians, speeds per METRICS.md, and its requests (CSV-ready rows)."""
+    ok = [r for r in records if r.success]
+    duration = sum((r.e2el or 0) for r in ok)
+    summary = summarize(records, duration=duration)
+    prefill = [r.prefill_speed for r in ok if r.prefill_speed]
+    decode = [r.decode_speed for r in ok if r.decode_speed]
+    return {
+        "input_tokens": input_tokens,
+        "output_tokens": output_tokens,
+        "completed": summary["completed"],
+        "failed": summary["failed"],
+        "errors": [r.error for r in records if r.error],
+        "median_ttft_ms": summary["median_ttft_ms"],
+        "median_tpot_ms": summary["median_tpot_ms"],
+        "median_e2el_ms": summary["median_e2el_ms"],
+        "median_decode_ms": _median([(r.decode_time or 0) * 1000 for r in ok]),
+        "median_prompt_tokens": _median([float(r.prompt_tokens or 0) for r in ok]),
+        "median_cached_tokens": _median([float(r.cached_tokens or 0) for r in ok]),
+        "median_server_prefill_ms": _median([r.prefill_time_server * 1000 for r in ok if r.prefill_time_server]),
+        "median_server_queue_ms": _median([r.queue_time_server * 1000 for r in ok if r.queue_time_server is not None]),
+        "prefill_speed": _median(prefill),
+        "decode_speed": _median(decode),
+        "requests": [r.as_dict() | {"itl": None, "text_chunk_at": None} for r in records],
+    }
+
+
+@dataclass
+class SpeedResult:
+    cells: list[dict[str, Any]] = field(default_factory=list)
+    cancelled: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        cells = [c for c in self.cells if c["completed"]]
+        by_shape = {(c["input_tokens"], c["output_tokens"]): c for c in cells}
+        long_input = max(cells, key=lambda c: c["input_tokens"] / c["output_tokens"], default=None)
+        long_output = max(cells, key=lambda c: c["output_tokens"] / c["input_tokens"], default=None)
+        prefill_speed = long_input["prefill_speed"] if long_input else None
+        decode_speed = long_output["decode_speed"] if long_output else None
+        check = None
+        checked = [c for c in cells if c.get("check")]
+        if checked and prefill_speed and decode_speed:
+            cell = checked[0]
+            prefill_s, decode_s = gen_seconds(cell["input_tokens"], cell["output_tokens"], prefill_speed, decode_speed)
+            measured = (cell["median_e2el_ms"] or 0) / 1000
+            check = {
+                "input_tokens": cell["input_tokens"],
+                "output_tokens": cell["output_tokens"],
+                "estimate_s": round(prefill_s + decode_s, 3),
+                "measured_s": round(measured, 3),
+                "error_pct": round(100 * abs(prefill_s + decode_s - measured) / measured, 1) if measured else None,
+            }
+        return {
+            "cells": self.cells,
+            "prefill_speed": prefill_speed,
+            "decode_speed": decode_speed,
+            "check": check,
+            "cancelled": self.cancelled,
+            "shapes_done": [list(k) for k in by_shape],
+        }
+
+
+async def speed_probe(config: SpeedConfig, *, base_url: str, model: str, progress: Progress) -> SpeedResult:
+    """Token-exact prompts (unique openings: no prefix-cache hits), outputs forced with ignore_eos."""
+    result = SpeedResult()
+    cells = [(*shape, False) for shape in config.shapes] + [(*config.check, True)]
+    done = 0
+    async with httpx.AsyncClient(base_url=base_url, timeout=60) as http:
+        for number, (input_tokens, output_tokens, is_check) in enumerate(cells):
+            label = f"{input_tokens} in / {output_tokens} out" + (" (check)" if is_check else "")
+            if not await progress(done, config.total_requests, label):
+                result.cancelled = True
+                return result
+            prompts = await synthetic_prompts(
+                config.repeats, input_tokens, seed=config.seed * 100 + number, model=model, client=http
+            )
+            records: list[RequestRecord] = []
+            for prompt in prompts:
+                spec = runner.RequestSpec(prompt=prompt, max_tokens=output_tokens)
+                run = await runner.run([spec], base_url=base_url, model=model, shape=runner.LoadShape(concurrency=1))
+                records += run.records
+                done += 1
+                keep_going = await progress(done, config.total_requests, label)
+                if not keep_going:
+                    result.cells.append(cell_summary(input_tokens, output_tokens, records) | {"check": is_check})
+                    result.cancelled = True
+                    return result
+            result.cells.append(cell_summary(input_tokens, output_tokens, records) | {"check": is_check})
+    return result
+
+
+CSV_COLUMNS = ["cell", "input_tokens", "output_tokens", "success", "error", "prompt_tokens", "output_tokens_got",
+               "cached_tokens", "ttft_ms", "first_chunk_ms", "e2el_ms", "decode_time_ms", "tpot_ms",
+               "server_queue_ms", "server_prefill_ms", "server_decode_ms"]  # fmt: skip
+MS_FIELDS = {
+    "ttft_ms": "ttft",
+    "first_chunk_ms": "first_chunk",
+    "e2el_ms": "e2el",
+    "decode_time_ms": "decode_time",
+    "tpot_ms": "tpot",
+    "server_queue_ms": "queue_time_server",
+    "server_prefill_ms": "prefill_time_server",
+    "server_decode_ms": "decode_time_server",
+}
+
+
+def csv_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per request of a job's results, times in ms (the page's and the command's CSV)."""
+    rows = []
+    for cell in results.get("cells", []):
+        shape = {key: cell[key] for key in ("input_tokens", "output_tokens")}
+        for r in cell["requests"]:
+            row = {"cell": "{input_tokens}/{output_tokens}".format(**shape), **shape}
+            row |= {key: r[key] for key in ("success", "prompt_tokens", "cached_tokens")}
+            row |= {"error": r["error"] or "", "output_tokens_got": r["output_tokens"]}
+            row |= {col: None if r[key] is None else round(r[key] * 1000, 3) for col, key in MS_FIELDS.items()}
+            rows.append(row)
+    return rows

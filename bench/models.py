@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+
+class BenchJob(models.Model):
+    """A benchmark job: the database row is the source of truth for its state and results."""
+
+    class Kind(models.TextChoices):
+        SPEED = "speed", "speed probe (lab 1)"
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", "queued"
+        RUNNING = "running", "running"
+        DONE = "done", "done"
+        FAILED = "failed", "failed"
+        CANCELLED = "cancelled", "cancelled"
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="bench_jobs")
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    config = models.JSONField(default=dict)
+    engine_url = models.CharField(max_length=300)
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.QUEUED)
+    cancel_requested = models.BooleanField(default=False)
+    done_requests = models.PositiveIntegerField(default=0)
+    total_requests = models.PositiveIntegerField(default=0)
+    current_cell = models.CharField(max_length=200, blank=True)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    error = models.TextField(blank=True)
+    results = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    @property
+    def progress_percent(self) -> int:
+        return round(100 * self.done_requests / self.total_requests) if self.total_requests else 0
+
+    @property
+    def active(self) -> bool:
+        return self.status in (self.Status.QUEUED, self.Status.RUNNING)
+
+    def __str__(self) -> str:
+        return f"{self.kind} #{self.pk} ({self.status})"

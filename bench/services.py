@@ -1,0 +1,123 @@
+"""Writes of benchmark jobs: create (row first, task after commit), cancel, execute."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.utils import timezone
+
+from bench import jobs
+from bench.models import BenchJob
+from rag import vllm_client
+
+
+class EngineBusy(RuntimeError):
+    """Another job is measuring the same engine; this one waits its turn."""
+
+
+def job_create(*, owner: AbstractBaseUser, kind: str, config: dict[str, Any]) -> BenchJob:
+    from bench import tasks
+
+    seeded = config | {"seed": random.SystemRandom().randrange(1, 1 << 30)}  # fresh prompts: no cache hits
+    with transaction.atomic():
+        job = BenchJob.objects.create(
+            owner_id=owner.pk,
+            kind=kind,
+            config=seeded,
+            engine_url=vllm_client.base_url(),
+            total_requests=jobs.SpeedConfig(repeats=int(config.get("repeats", 2))).total_requests,
+        )
+        transaction.on_commit(lambda: tasks.job_run.delay(job.pk))
+    return job
+
+
+def job_cancel(*, job: BenchJob) -> BenchJob:
+    """A queued job ends now; a running one stops after its current request (results kept)."""
+    BenchJob.objects.filter(pk=job.pk, status=BenchJob.Status.QUEUED).update(
+        status=BenchJob.Status.CANCELLED, cancel_requested=True, finished_at=timezone.now()
+    )
+    BenchJob.objects.filter(pk=job.pk, status=BenchJob.Status.RUNNING).update(cancel_requested=True)
+    job.refresh_from_db()
+    return job
+
+
+def queue_position(job: BenchJob) -> int:
+    """1 = next to run on its engine (0 when it is not waiting)."""
+    if job.status != BenchJob.Status.QUEUED:
+        return 0
+    ahead = BenchJob.objects.filter(
+        engine_url=job.engine_url, status__in=[BenchJob.Status.QUEUED, BenchJob.Status.RUNNING], pk__lt=job.pk
+    )
+    return ahead.count() + 1
+
+
+@contextmanager
+def engine_lock(engine_url: str, *, hold_s: int) -> Iterator[None]:
+    """One job per engine at a time, across every worker (a Redis lock that expires on its own)."""
+    import redis
+
+    lock = redis.Redis.from_url(settings.REDIS_URL).lock(f"lab:bench-engine:{engine_url}", timeout=hold_s)
+    if not lock.acquire(blocking=False):
+        raise EngineBusy(engine_url)
+    try:
+        yield
+    finally:
+        try:
+            lock.release()
+        except redis.exceptions.LockError:
+            pass  # expired meanwhile
+
+
+def job_execute(*, job_id: int) -> BenchJob:
+    """Run a job to its end in this process; every outcome is saved on the row."""
+    job = BenchJob.objects.get(pk=job_id)
+    if job.status in (BenchJob.Status.DONE, BenchJob.Status.FAILED, BenchJob.Status.CANCELLED):
+        return job  # a redelivered task for a finished job does nothing
+    BenchJob.objects.filter(pk=job.pk).update(
+        status=BenchJob.Status.RUNNING,
+        started_at=timezone.now(),
+        attempts=job.attempts + 1,
+        done_requests=0,
+        results={},  # a redelivered job starts over: exactly one set of results
+        error="",
+    )
+    config = jobs.SpeedConfig(repeats=int(job.config.get("repeats", 2)), seed=int(job.config["seed"]))
+
+    async def progress(done: int, total: int, cell: str) -> bool:
+        def save() -> bool:
+            BenchJob.objects.filter(pk=job.pk).update(done_requests=done, total_requests=total, current_cell=cell)
+            return not BenchJob.objects.filter(pk=job.pk, cancel_requested=True).exists()
+
+        from asgiref.sync import sync_to_async
+
+        return bool(await sync_to_async(save)())
+
+    async def measure() -> jobs.SpeedResult:
+        model = await vllm_client.engine_model(job.engine_url)
+        return await jobs.speed_probe(config, base_url=job.engine_url, model=model, progress=progress)
+
+    try:
+        result = async_to_sync(measure)()
+    except Exception as exc:
+        BenchJob.objects.filter(pk=job.pk).update(
+            status=BenchJob.Status.FAILED, error=f"{type(exc).__name__}: {exc}", finished_at=timezone.now()
+        )
+        return BenchJob.objects.get(pk=job.pk)
+    results = result.as_dict()
+    failed = [c for c in results["cells"] if c["failed"]]
+    status = BenchJob.Status.CANCELLED if result.cancelled else BenchJob.Status.DONE
+    error = ""
+    if failed and not result.cancelled:
+        status = BenchJob.Status.FAILED
+        error = "; ".join(sorted({e for c in failed for e in c["errors"]}))[:2000]
+    BenchJob.objects.filter(pk=job.pk).update(
+        status=status, results=results, error=error, finished_at=timezone.now(), current_cell=""
+    )
+    return BenchJob.objects.get(pk=job.pk)

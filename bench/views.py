@@ -1,0 +1,106 @@
+"""Benchmark job pages: start, watch progress, cancel, see the chart, export."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Any
+
+from django import forms
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.utils.translation import gettext_lazy
+from django.views.decorators.http import require_POST
+
+from bench import jobs, services
+from bench.models import BenchJob
+
+
+class SpeedJobForm(forms.Form):
+    repeats = forms.IntegerField(label=gettext_lazy("모양마다 반복 횟수"), min_value=1, max_value=5, initial=2)
+
+
+def job_for(request: HttpRequest, job_id: int) -> BenchJob:
+    job = BenchJob.objects.filter(pk=job_id, owner_id=request.user.pk).first()
+    if job is None:
+        raise Http404("job not found")
+    return job
+
+
+@login_required
+def bench_list(request: HttpRequest) -> HttpResponse:
+    form = SpeedJobForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        job = services.job_create(owner=request.user, kind=BenchJob.Kind.SPEED, config=form.cleaned_data)  # type: ignore[arg-type]
+        return redirect("bench_detail", job_id=job.pk)
+    jobs = BenchJob.objects.filter(owner_id=request.user.pk)[:50]
+    return render(request, "bench/list.html", {"form": form, "jobs": jobs})
+
+
+def _chart(job: BenchJob) -> dict[str, Any] | None:
+    cells = [c for c in (job.results or {}).get("cells", []) if c.get("completed")]
+    if not cells:
+        return None
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    figure = make_subplots(rows=1, cols=2, subplot_titles=("TTFT vs input tokens", "decode time vs output tokens"))
+    figure.add_trace(
+        go.Scatter(
+            x=[c["input_tokens"] for c in cells],
+            y=[c["median_ttft_ms"] for c in cells],
+            mode="markers",
+            name="median TTFT (ms)",
+        ),
+        row=1,
+        col=1,
+    )
+    figure.add_trace(
+        go.Scatter(
+            x=[c["output_tokens"] for c in cells],
+            y=[c["median_decode_ms"] for c in cells],
+            mode="markers",
+            name="median decode time (ms)",
+        ),
+        row=1,
+        col=2,
+    )
+    figure.update_xaxes(title_text="input tokens", row=1, col=1)
+    figure.update_xaxes(title_text="output tokens", row=1, col=2)
+    figure.update_yaxes(title_text="ms")
+    figure.update_layout(height=380, margin={"t": 40, "l": 50, "r": 20, "b": 40}, showlegend=False)
+    return dict(json.loads(figure.to_json()))
+
+
+@login_required
+def bench_detail(request: HttpRequest, job_id: int) -> HttpResponse:
+    job = job_for(request, job_id)
+    context = {"job": job, "position": services.queue_position(job), "chart": _chart(job)}
+    template = "bench/job_panel.html" if request.headers.get("HX-Request") == "true" else "bench/detail.html"
+    return render(request, template, context)
+
+
+@login_required
+@require_POST
+def bench_cancel(request: HttpRequest, job_id: int) -> HttpResponse:
+    services.job_cancel(job=job_for(request, job_id))
+    return redirect("bench_detail", job_id=job_id)
+
+
+@login_required
+def bench_export(request: HttpRequest, job_id: int, fmt: str) -> HttpResponse:
+    job = job_for(request, job_id)
+    if fmt == "json":
+        data = {"id": job.pk, "kind": job.kind, "status": job.status, "config": job.config,
+                "engine_url": job.engine_url, "results": job.results}  # fmt: skip
+        response: HttpResponse = JsonResponse(data, json_dumps_params={"ensure_ascii": False, "indent": 1})
+    else:
+        out = io.StringIO()
+        writer = csv.DictWriter(out, fieldnames=jobs.CSV_COLUMNS)
+        writer.writeheader()
+        writer.writerows(jobs.csv_rows(job.results))
+        response = HttpResponse(out.getvalue(), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="bench-{job.pk}.{fmt}"'
+    return response

@@ -1,0 +1,162 @@
+"""Benchmark jobs against the scripted server: the speed probe, the job row's life, the pages."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.contrib.auth.models import User
+from django.test import Client
+
+from bench import jobs, services
+from bench.models import BenchJob
+from tests import aio, fake_vllm
+
+SMALL = jobs.SpeedConfig(repeats=1, shapes=((20, 4), (60, 4), (20, 8)), check=(40, 6), seed=5)
+
+
+@pytest.fixture
+def fake() -> Iterator[tuple[fake_vllm.Script, str]]:
+    script = fake_vllm.Script(delay_s=0.001)
+    with fake_vllm.serve(script) as url:
+        yield script, url
+
+
+def test_the_speed_probe_measures_every_shape_with_exact_prompts_and_checks_the_estimate(
+    fake: tuple[fake_vllm.Script, str],
+) -> None:
+    script, url = fake
+    seen: list[tuple[int, int, str]] = []
+
+    async def progress(done: int, total: int, cell: str) -> bool:
+        seen.append((done, total, cell))
+        return True
+
+    result = aio.run(jobs.speed_probe(SMALL, base_url=url, model="fake-model", progress=progress)).as_dict()
+    assert [(c["input_tokens"], c["output_tokens"]) for c in result["cells"]] == [(20, 4), (60, 4), (20, 8), (40, 6)]
+    assert all(c["completed"] == 1 and c["failed"] == 0 for c in result["cells"])
+    # the fake counts a token per 3 bytes: each prompt is the shortest with at least that many
+    prompts = [r["prompt"] for r in script.requests]
+    assert [len(p.encode()) // 3 + 1 for p in prompts] == [20, 60, 20, 40]
+    assert len({p.split()[0] for p in prompts}) == 4  # every prompt opens differently: no cache reuse
+    assert all(r["ignore_eos"] and r["max_tokens"] in (4, 8, 6) for r in script.requests)
+    assert result["prefill_speed"] > 0 and result["decode_speed"] > 0
+    assert result["check"]["input_tokens"] == 40 and result["check"]["estimate_s"] > 0
+    assert seen[-1][0] == seen[-1][1] == SMALL.total_requests
+
+
+def test_a_cancelled_probe_returns_what_it_measured(fake: tuple[fake_vllm.Script, str]) -> None:
+    _, url = fake
+
+    async def progress(done: int, total: int, cell: str) -> bool:
+        return done < 2
+
+    result = aio.run(jobs.speed_probe(SMALL, base_url=url, model="fake-model", progress=progress))
+    assert result.cancelled and len(result.cells) == 2
+
+
+@pytest.mark.django_db
+def test_a_job_runs_to_done_and_a_dead_engine_fails_it_with_the_reason(
+    fake: tuple[fake_vllm.Script, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, url = fake
+    owner = User.objects.create(username="runner")
+    monkeypatch.setattr(jobs, "SpeedConfig", lambda repeats, seed: SMALL)
+    job = BenchJob.objects.create(owner=owner, kind="speed", config={"repeats": 1, "seed": 5}, engine_url=url)
+    done = services.job_execute(job_id=job.pk)
+    assert done.status == BenchJob.Status.DONE and done.done_requests == SMALL.total_requests
+    assert len(done.results["cells"]) == 4 and done.attempts == 1
+    assert services.job_execute(job_id=job.pk).attempts == 1  # a redelivered finished job does nothing
+
+    dead = BenchJob.objects.create(
+        owner=owner, kind="speed", config={"repeats": 1, "seed": 6}, engine_url="http://127.0.0.1:9"
+    )
+    failed = services.job_execute(job_id=dead.pk)
+    assert failed.status == BenchJob.Status.FAILED and "127.0.0.1:9" in failed.error
+
+
+@pytest.mark.django_db
+def test_a_cancel_request_stops_a_running_job_and_keeps_its_results(
+    fake: tuple[fake_vllm.Script, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, url = fake
+    owner = User.objects.create(username="canceller")
+    monkeypatch.setattr(jobs, "SpeedConfig", lambda repeats, seed: SMALL)
+    job = BenchJob.objects.create(owner=owner, kind="speed", config={"repeats": 1, "seed": 7}, engine_url=url)
+    real_probe = jobs.speed_probe
+
+    async def probe(config: Any, **kwargs: Any) -> jobs.SpeedResult:
+        progress = kwargs.pop("progress")
+
+        async def cancel_after_two(done: int, total: int, cell: str) -> bool:
+            if done == 2:
+                await sync_to_async(BenchJob.objects.filter(pk=job.pk).update)(cancel_requested=True)
+            return bool(await progress(done, total, cell))
+
+        return await real_probe(config, progress=cancel_after_two, **kwargs)
+
+    monkeypatch.setattr(jobs, "speed_probe", probe)
+    ended = services.job_execute(job_id=job.pk)
+    assert ended.status == BenchJob.Status.CANCELLED and ended.done_requests == 2
+    assert len(ended.results["cells"]) == 2
+
+
+@pytest.mark.django_db
+def test_the_pages_refuse_bad_input_hide_other_users_jobs_and_export() -> None:
+    owner = User.objects.create(username="owner")
+    client = Client()
+    client.force_login(owner)
+    page = client.post("/bench/", {"repeats": "0"})
+    assert page.status_code == 200 and "repeats" in page.content.decode() and BenchJob.objects.count() == 0
+    job = BenchJob.objects.create(
+        owner=owner,
+        kind="speed",
+        engine_url="http://x",
+        status=BenchJob.Status.DONE,
+        results={
+            "cells": [
+                jobs.cell_summary(20, 4, [])
+                | {"check": False, "completed": 1, "median_ttft_ms": 5.0, "median_decode_ms": 9.0}
+            ]
+        },
+    )
+    detail = client.get(f"/bench/{job.pk}/").content.decode()
+    assert "job-chart-data" in detail and "vendor/plotly/plotly.min.js" in detail
+    assert client.get(f"/bench/{job.pk}/export.json").json()["status"] == "done"
+    assert client.get(f"/bench/{job.pk}/export.csv").content.decode().startswith("cell,input_tokens")
+    assert client.get(f"/bench/{job.pk}/export.xml").status_code == 404
+    stranger = Client()
+    stranger.force_login(User.objects.create(username="stranger"))
+    assert stranger.get(f"/bench/{job.pk}/").status_code == 404
+    assert stranger.post(f"/bench/{job.pk}/cancel/").status_code == 404
+
+
+@pytest.mark.django_db
+def test_cancelling_a_queued_job_ends_it_at_once() -> None:
+    owner = User.objects.create(username="queue")
+    first = BenchJob.objects.create(owner=owner, kind="speed", engine_url="http://e", status=BenchJob.Status.RUNNING)
+    second = BenchJob.objects.create(owner=owner, kind="speed", engine_url="http://e")
+    assert services.queue_position(second) == 2 and services.queue_position(first) == 0
+    assert services.job_cancel(job=second).status == BenchJob.Status.CANCELLED
+    assert services.job_cancel(job=first).cancel_requested is True
+
+
+def test_the_bench_command_prints_the_speeds_and_writes_json_and_csv(
+    fake: tuple[fake_vllm.Script, str], monkeypatch: pytest.MonkeyPatch, settings: Any, tmp_path: Any
+) -> None:
+    import json
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    _, url = fake
+    settings.VLLM_BASE_URL = url
+    settings.VLLM_MODEL = ""
+    monkeypatch.setattr(jobs, "SpeedConfig", lambda repeats, seed: SMALL)
+    out = StringIO()
+    call_command("bench", "speed", repeats=1, json=tmp_path / "r.json", csv=tmp_path / "r.csv", stdout=out)
+    assert "prefill" in out.getvalue() and "estimate on 40/6" in out.getvalue()
+    assert len(json.loads((tmp_path / "r.json").read_text())["results"]["cells"]) == 4
+    assert len((tmp_path / "r.csv").read_text().strip().splitlines()) == 1 + SMALL.total_requests
