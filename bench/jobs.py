@@ -109,6 +109,9 @@ async def speed_probe(config: SpeedConfig, *, base_url: str, model: str, progres
     cells = [(*shape, False) for shape in config.shapes] + [(*config.check, True)]
     done = 0
     async with httpx.AsyncClient(base_url=base_url, timeout=60) as http:
+        # One short request first, not measured: the first request after a quiet engine is slow.
+        warm = runner.RequestSpec(prompt=f"warm-up {config.seed}", max_tokens=4)
+        await runner.run([], base_url=base_url, model=model, shape=runner.LoadShape(concurrency=1), warmup=[warm])
         for number, (input_tokens, output_tokens, is_check) in enumerate(cells):
             label = f"{input_tokens} in / {output_tokens} out" + (" (check)" if is_check else "")
             if not await progress(done, config.total_requests, label):

@@ -2,13 +2,14 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 
 class BenchJob(models.Model):
     """A benchmark job: the database row is the source of truth for its state and results."""
 
     class Kind(models.TextChoices):
-        SPEED = "speed", "speed probe (lab 1)"
+        SPEED = "speed", _("속도 측정 (실습 1)")
 
     class Status(models.TextChoices):
         QUEUED = "queued", "queued"

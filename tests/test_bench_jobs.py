@@ -38,10 +38,12 @@ def test_the_speed_probe_measures_every_shape_with_exact_prompts_and_checks_the_
     assert [(c["input_tokens"], c["output_tokens"]) for c in result["cells"]] == [(20, 4), (60, 4), (20, 8), (40, 6)]
     assert all(c["completed"] == 1 and c["failed"] == 0 for c in result["cells"])
     # the fake counts a token per 3 bytes: each prompt is the shortest with at least that many
-    prompts = [r["prompt"] for r in script.requests]
+    warm, *measured = script.requests
+    assert warm["prompt"].startswith("warm-up") and warm["max_tokens"] == 4  # sent first, not measured
+    prompts = [r["prompt"] for r in measured]
     assert [len(p.encode()) // 3 + 1 for p in prompts] == [20, 60, 20, 40]
     assert len({p.split()[0] for p in prompts}) == 4  # every prompt opens differently: no cache reuse
-    assert all(r["ignore_eos"] and r["max_tokens"] in (4, 8, 6) for r in script.requests)
+    assert all(r["ignore_eos"] and r["max_tokens"] in (4, 8, 6) for r in measured)
     assert result["prefill_speed"] > 0 and result["decode_speed"] > 0
     assert result["check"]["input_tokens"] == 40 and result["check"]["estimate_s"] > 0
     assert seen[-1][0] == seen[-1][1] == SMALL.total_requests
