@@ -103,36 +103,113 @@ class SpeedResult:
         }
 
 
-async def speed_probe(config: SpeedConfig, *, base_url: str, model: str, progress: Progress) -> SpeedResult:
-    """Token-exact prompts (unique openings: no prefix-cache hits), outputs forced with ignore_eos."""
+@dataclass(frozen=True)
+class Cell:
+    input_tokens: int
+    output_tokens: int
+    tags: tuple[tuple[str, Any], ...] = ()  # e.g. (("check", True),) or (("sweep", "input"),)
+
+    @property
+    def label(self) -> str:
+        extra = "".join(f" ({value if isinstance(value, str) else key})" for key, value in self.tags if value)
+        return f"{self.input_tokens} in / {self.output_tokens} out{extra}"
+
+
+async def measure_cells(
+    cells: list[Cell], *, repeats: int, seed: int, base_url: str, model: str, progress: Progress
+) -> SpeedResult:
+    """Each cell ``repeats`` times, one request at a time, token-exact prompts with unique openings."""
     result = SpeedResult()
-    cells = [(*shape, False) for shape in config.shapes] + [(*config.check, True)]
+    total = repeats * len(cells)
     done = 0
     async with httpx.AsyncClient(base_url=base_url, timeout=60) as http:
         # One short request first, not measured: the first request after a quiet engine is slow.
-        warm = runner.RequestSpec(prompt=f"warm-up {config.seed}", max_tokens=4)
+        warm = runner.RequestSpec(prompt=f"warm-up {seed}", max_tokens=4)
         await runner.run([], base_url=base_url, model=model, shape=runner.LoadShape(concurrency=1), warmup=[warm])
-        for number, (input_tokens, output_tokens, is_check) in enumerate(cells):
-            label = f"{input_tokens} in / {output_tokens} out" + (" (check)" if is_check else "")
-            if not await progress(done, config.total_requests, label):
+        for number, cell in enumerate(cells):
+            if not await progress(done, total, cell.label):
                 result.cancelled = True
                 return result
             prompts = await synthetic_prompts(
-                config.repeats, input_tokens, seed=config.seed * 100 + number, model=model, client=http
+                repeats, cell.input_tokens, seed=seed * 100 + number, model=model, client=http
             )
             records: list[RequestRecord] = []
             for prompt in prompts:
-                spec = runner.RequestSpec(prompt=prompt, max_tokens=output_tokens)
+                spec = runner.RequestSpec(prompt=prompt, max_tokens=cell.output_tokens)
                 run = await runner.run([spec], base_url=base_url, model=model, shape=runner.LoadShape(concurrency=1))
                 records += run.records
                 done += 1
-                keep_going = await progress(done, config.total_requests, label)
-                if not keep_going:
-                    result.cells.append(cell_summary(input_tokens, output_tokens, records) | {"check": is_check})
+                if not await progress(done, total, cell.label):
                     result.cancelled = True
-                    return result
-            result.cells.append(cell_summary(input_tokens, output_tokens, records) | {"check": is_check})
+                    break
+            result.cells.append(cell_summary(cell.input_tokens, cell.output_tokens, records) | dict(cell.tags))
+            if result.cancelled:
+                return result
     return result
+
+
+async def speed_probe(config: SpeedConfig, *, base_url: str, model: str, progress: Progress) -> SpeedResult:
+    """Lab 1: the estimator table's shapes, then the unseen check shape."""
+    cells = [Cell(i, o, (("check", False),)) for i, o in config.shapes] + [Cell(*config.check, (("check", True),))]
+    return await measure_cells(
+        cells, repeats=config.repeats, seed=config.seed, base_url=base_url, model=model, progress=progress
+    )
+
+
+# --- Lab 2: length sweeps ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    repeats: int = 1
+    input_lengths: tuple[int, ...] = (100, 400, 800, 1600)
+    fixed_output: int = 16
+    output_lengths: tuple[int, ...] = (16, 64, 128, 256)
+    fixed_input: int = 100
+    seed: int = 0
+
+    @property
+    def total_requests(self) -> int:
+        return self.repeats * (len(self.input_lengths) + len(self.output_lengths))
+
+
+def line_fit(xs: list[float], ys: list[float]) -> dict[str, float] | None:
+    """Least-squares line y = slope·x + intercept and its r²; None with fewer than two x values."""
+    if len(xs) < 2 or len(set(xs)) < 2:
+        return None
+    n = len(xs)
+    mean_x, mean_y = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mean_x) ** 2 for x in xs)
+    sxy = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True))
+    slope = sxy / sxx
+    intercept = mean_y - slope * mean_x
+    total = sum((y - mean_y) ** 2 for y in ys)
+    residual = sum((y - (slope * x + intercept)) ** 2 for x, y in zip(xs, ys, strict=True))
+    return {"slope": slope, "intercept": intercept, "r2": 1.0 - residual / total if total else 1.0}
+
+
+def sweep_fits(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """TTFT against input length (slope = 1/prefill speed) and decode time against output length (slope = TPOT)."""
+    inputs = [c for c in cells if c.get("sweep") == "input" and c["completed"]]
+    outputs = [c for c in cells if c.get("sweep") == "output" and c["completed"]]
+    ttft = line_fit([c["input_tokens"] for c in inputs], [c["median_ttft_ms"] for c in inputs])
+    decode = line_fit([c["output_tokens"] - 1 for c in outputs], [c["median_decode_ms"] or 0 for c in outputs])
+    return {
+        "ttft_vs_input": ttft,
+        "decode_vs_output": decode,
+        "prefill_speed": 1000 / ttft["slope"] if ttft and ttft["slope"] > 0 else None,
+        "tpot_ms": decode["slope"] if decode else None,
+        # Short contexts: decode per token hardly changes with the input length.
+        "tpot_by_input": {str(c["input_tokens"]): c["median_tpot_ms"] for c in inputs},
+    }
+
+
+async def length_sweep(config: SweepConfig, *, base_url: str, model: str, progress: Progress) -> SpeedResult:
+    cells = [Cell(i, config.fixed_output, (("sweep", "input"),)) for i in config.input_lengths]
+    cells += [Cell(config.fixed_input, o, (("sweep", "output"),)) for o in config.output_lengths]
+    return await measure_cells(
+        cells, repeats=config.repeats, seed=config.seed, base_url=base_url, model=model, progress=progress
+    )
 
 
 CSV_COLUMNS = ["cell", "input_tokens", "output_tokens", "success", "error", "prompt_tokens", "output_tokens_got",

@@ -32,10 +32,17 @@ def job_create(*, owner: AbstractBaseUser, kind: str, config: dict[str, Any]) ->
             kind=kind,
             config=seeded,
             engine_url=vllm_client.base_url(),
-            total_requests=jobs.SpeedConfig(repeats=int(config.get("repeats", 2))).total_requests,
+            total_requests=job_config(kind, seeded).total_requests,
         )
         transaction.on_commit(lambda: tasks.job_run.delay(job.pk))
     return job
+
+
+def job_config(kind: str, config: dict[str, Any]) -> jobs.SpeedConfig | jobs.SweepConfig:
+    repeats, seed = int(config.get("repeats", 1)), int(config.get("seed", 0))
+    if kind == BenchJob.Kind.SWEEP:
+        return jobs.SweepConfig(repeats=repeats, seed=seed)
+    return jobs.SpeedConfig(repeats=repeats, seed=seed)
 
 
 def job_cancel(*, job: BenchJob) -> BenchJob:
@@ -88,7 +95,7 @@ def job_execute(*, job_id: int) -> BenchJob:
         results={},  # a redelivered job starts over: exactly one set of results
         error="",
     )
-    config = jobs.SpeedConfig(repeats=int(job.config.get("repeats", 2)), seed=int(job.config["seed"]))
+    config = job_config(job.kind, job.config)
 
     async def progress(done: int, total: int, cell: str) -> bool:
         def save() -> bool:
@@ -101,6 +108,8 @@ def job_execute(*, job_id: int) -> BenchJob:
 
     async def measure() -> jobs.SpeedResult:
         model = await vllm_client.engine_model(job.engine_url)
+        if isinstance(config, jobs.SweepConfig):
+            return await jobs.length_sweep(config, base_url=job.engine_url, model=model, progress=progress)
         return await jobs.speed_probe(config, base_url=job.engine_url, model=model, progress=progress)
 
     try:
@@ -111,6 +120,8 @@ def job_execute(*, job_id: int) -> BenchJob:
         )
         return BenchJob.objects.get(pk=job.pk)
     results = result.as_dict()
+    if job.kind == BenchJob.Kind.SWEEP:
+        results["fits"] = jobs.sweep_fits(results["cells"])
     failed = [c for c in results["cells"] if c["failed"]]
     status = BenchJob.Status.CANCELLED if result.cancelled else BenchJob.Status.DONE
     error = ""

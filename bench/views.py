@@ -18,8 +18,9 @@ from bench import jobs, services
 from bench.models import BenchJob
 
 
-class SpeedJobForm(forms.Form):
-    repeats = forms.IntegerField(label=gettext_lazy("모양마다 반복 횟수"), min_value=1, max_value=5, initial=2)
+class JobForm(forms.Form):
+    kind = forms.ChoiceField(label=gettext_lazy("작업"), choices=BenchJob.Kind.choices, initial=BenchJob.Kind.SPEED)
+    repeats = forms.IntegerField(label=gettext_lazy("모양마다 반복 횟수"), min_value=1, max_value=5, initial=1)
 
 
 def job_for(request: HttpRequest, job_id: int) -> BenchJob:
@@ -31,9 +32,10 @@ def job_for(request: HttpRequest, job_id: int) -> BenchJob:
 
 @login_required
 def bench_list(request: HttpRequest) -> HttpResponse:
-    form = SpeedJobForm(request.POST or None)
+    form = JobForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
-        job = services.job_create(owner=request.user, kind=BenchJob.Kind.SPEED, config=form.cleaned_data)  # type: ignore[arg-type]
+        kind, config = form.cleaned_data["kind"], {"repeats": form.cleaned_data["repeats"]}
+        job = services.job_create(owner=request.user, kind=kind, config=config)  # type: ignore[arg-type]
         return redirect("bench_detail", job_id=job.pk)
     jobs = BenchJob.objects.filter(owner_id=request.user.pk)[:50]
     return render(request, "bench/list.html", {"form": form, "jobs": jobs})
@@ -67,6 +69,21 @@ def _chart(job: BenchJob) -> dict[str, Any] | None:
         row=1,
         col=2,
     )
+    fits = (job.results or {}).get("fits") or {}
+    for column, key, xs in (
+        (1, "ttft_vs_input", [c["input_tokens"] for c in cells]),
+        (2, "decode_vs_output", [c["output_tokens"] - 1 for c in cells]),
+    ):
+        fit = fits.get(key)
+        if fit and xs:
+            ends = [min(xs), max(xs)]
+            line = go.Scatter(
+                x=[x + (1 if column == 2 else 0) for x in ends],
+                y=[fit["slope"] * x + fit["intercept"] for x in ends],
+                mode="lines",
+                name=f"fit (r² {fit['r2']:.3f})",
+            )
+            figure.add_trace(line, row=1, col=column)
     figure.update_xaxes(title_text="input tokens", row=1, col=1)
     figure.update_xaxes(title_text="output tokens", row=1, col=2)
     figure.update_yaxes(title_text="ms")

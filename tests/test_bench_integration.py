@@ -38,3 +38,23 @@ def test_bench_fidelity_runs_vllm_bench_serve_and_our_runner_on_the_same_workloa
     for key in ("median_ttft_ms", "median_tpot_ms", "output_throughput"):
         assert report["vllm"][key] > 0 and report["ours"][key] > 0
         assert 0.3 < report["ours"][key] / report["vllm"][key] < 3  # a sanity band, not a speed claim
+
+
+@pytest.mark.django_db
+def test_a_length_sweep_job_on_the_real_engine_fits_rising_lines(engine: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from django.contrib.auth.models import User
+
+    from bench import jobs, services
+    from bench.models import BenchJob
+
+    small = jobs.SweepConfig(input_lengths=(64, 512, 1024), fixed_output=8, output_lengths=(8, 48), fixed_input=64)
+    monkeypatch.setattr(jobs, "SweepConfig", lambda repeats, seed: small)
+    owner = User.objects.create(username="sweeper")
+    job = BenchJob.objects.create(owner=owner, kind="sweep", config={"repeats": 1, "seed": 11}, engine_url=engine)
+    done = services.job_execute(job_id=job.pk)
+    assert done.status == BenchJob.Status.DONE, done.error
+    fits = done.results["fits"]
+    assert fits["ttft_vs_input"]["slope"] > 0  # a longer prompt takes longer to prefill
+    assert fits["decode_vs_output"]["slope"] > 0  # each output token costs about one TPOT
+    assert fits["prefill_speed"] > 0 and fits["tpot_ms"] > 0
+    assert all(c["median_cached_tokens"] == 0 for c in done.results["cells"])  # unique prompts: no cache hits

@@ -162,3 +162,30 @@ def test_the_bench_command_prints_the_speeds_and_writes_json_and_csv(
     assert "prefill" in out.getvalue() and "estimate on 40/6" in out.getvalue()
     assert len(json.loads((tmp_path / "r.json").read_text())["results"]["cells"]) == 4
     assert len((tmp_path / "r.csv").read_text().strip().splitlines()) == 1 + SMALL.total_requests
+
+
+def test_a_line_fit_matches_hand_computed_values() -> None:
+    fit = jobs.line_fit([1, 2, 3], [2, 4, 6])
+    assert fit == {"slope": 2.0, "intercept": 0.0, "r2": 1.0}
+    noisy = jobs.line_fit([0, 1, 2, 3], [1, 3, 2, 4])
+    assert noisy is not None
+    assert noisy["slope"] == pytest.approx(0.8) and noisy["intercept"] == pytest.approx(1.3)
+    assert noisy["r2"] == pytest.approx(0.64)
+    assert jobs.line_fit([5], [1]) is None and jobs.line_fit([2, 2], [1, 3]) is None
+
+
+def test_the_length_sweep_varies_one_length_at_a_time_and_fits_both_lines(
+    fake: tuple[fake_vllm.Script, str],
+) -> None:
+    _, url = fake
+    config = jobs.SweepConfig(input_lengths=(20, 40, 80), fixed_output=4, output_lengths=(4, 8), fixed_input=20)
+
+    async def progress(done: int, total: int, cell: str) -> bool:
+        return True
+
+    result = aio.run(jobs.length_sweep(config, base_url=url, model="fake-model", progress=progress)).as_dict()
+    shapes = [(c["input_tokens"], c["output_tokens"], c["sweep"]) for c in result["cells"]]
+    assert shapes == [(20, 4, "input"), (40, 4, "input"), (80, 4, "input"), (20, 4, "output"), (20, 8, "output")]
+    fits = jobs.sweep_fits(result["cells"])
+    assert set(fits["ttft_vs_input"]) == {"slope", "intercept", "r2"}
+    assert fits["decode_vs_output"] is not None and set(fits["tpot_by_input"]) == {"20", "40", "80"}

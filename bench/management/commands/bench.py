@@ -15,15 +15,15 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from bench import jobs
+from bench import jobs, services
 from rag import vllm_client
 
 
 class Command(BaseCommand):
-    help = "Run a benchmark job (today: speed, Lab 1's speed probe) against the configured vLLM."
+    help = "Run a benchmark job (speed: Lab 1's speed probe; sweep: Lab 2's length sweeps) against vLLM."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("kind", choices=["speed"])
+        parser.add_argument("kind", choices=["speed", "sweep"])
         parser.add_argument("--repeats", type=int, default=2)
         parser.add_argument("--json", type=Path, help="write the results here")
         parser.add_argument("--csv", type=Path, help="write one row per request here")
@@ -31,7 +31,8 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         if not 1 <= options["repeats"] <= 20:
             raise CommandError("--repeats must be from 1 to 20")
-        config = jobs.SpeedConfig(repeats=options["repeats"], seed=random.SystemRandom().randrange(1, 1 << 30))
+        seed = random.SystemRandom().randrange(1, 1 << 30)
+        config = services.job_config(options["kind"], {"repeats": options["repeats"], "seed": seed})
         base = vllm_client.base_url()
 
         async def progress(done: int, total: int, cell: str) -> bool:
@@ -42,10 +43,14 @@ class Command(BaseCommand):
 
         async def measure() -> jobs.SpeedResult:
             model = await vllm_client.engine_model(base)
+            if isinstance(config, jobs.SweepConfig):
+                return await jobs.length_sweep(config, base_url=base, model=model, progress=progress)
             return await jobs.speed_probe(config, base_url=base, model=model, progress=progress)
 
         try:
             results = asyncio.run(measure()).as_dict()
+            if options["kind"] == "sweep":
+                results["fits"] = jobs.sweep_fits(results["cells"])
         except vllm_client.EngineUnavailable as exc:
             raise CommandError(str(exc)) from exc
         sys.stderr.write("\n")
@@ -66,6 +71,14 @@ class Command(BaseCommand):
                 else ""
             )
         )
+        fits = results.get("fits")
+        if fits and fits["ttft_vs_input"] and fits["decode_vs_output"]:
+            ttft, decode = fits["ttft_vs_input"], fits["decode_vs_output"]
+            self.stdout.write(
+                f"TTFT = {ttft['slope']:.3f} ms/token x input + {ttft['intercept']:.1f} ms (r² {ttft['r2']:.3f}); "
+                f"decode = {decode['slope']:.1f} ms/token x (output-1) + {decode['intercept']:.1f} ms "
+                f"(r² {decode['r2']:.3f})"
+            )
         if options["json"]:
             options["json"].write_text(json.dumps({"kind": "speed", "engine_url": base, "results": results}, indent=1))
         if options["csv"]:
