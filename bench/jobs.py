@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from bench import runner
+from bench import runner, server_metrics
 from bench.estimator import gen_seconds
 from bench.metrics import RequestRecord, summarize
 from bench.workloads import synthetic_prompts
@@ -134,15 +134,18 @@ async def measure_cells(
                 repeats, cell.input_tokens, seed=seed * 100 + number, model=model, client=http
             )
             records: list[RequestRecord] = []
-            for prompt in prompts:
-                spec = runner.RequestSpec(prompt=prompt, max_tokens=cell.output_tokens)
-                run = await runner.run([spec], base_url=base_url, model=model, shape=runner.LoadShape(concurrency=1))
-                records += run.records
-                done += 1
-                if not await progress(done, total, cell.label):
-                    result.cancelled = True
-                    break
-            result.cells.append(cell_summary(cell.input_tokens, cell.output_tokens, records) | dict(cell.tags))
+            async with server_metrics.watched(http) as server:
+                for prompt in prompts:
+                    spec = runner.RequestSpec(prompt=prompt, max_tokens=cell.output_tokens)
+                    shape = runner.LoadShape(concurrency=1)
+                    run = await runner.run([spec], base_url=base_url, model=model, shape=shape)
+                    records += run.records
+                    done += 1
+                    if not await progress(done, total, cell.label):
+                        result.cancelled = True
+                        break
+            summary = cell_summary(cell.input_tokens, cell.output_tokens, records)
+            result.cells.append(summary | dict(cell.tags) | {"server": server})
             if result.cancelled:
                 return result
     return result

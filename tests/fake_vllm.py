@@ -30,6 +30,8 @@ class Script:
     requests: list[dict[str, Any]] = field(default_factory=list)
     disconnected: threading.Event = field(default_factory=threading.Event)
     running: int = 0
+    completed: int = 0
+    metrics: bool = True
 
 
 def _handler(script: Script) -> type[BaseHTTPRequestHandler]:
@@ -54,6 +56,27 @@ def _handler(script: Script) -> type[BaseHTTPRequestHandler]:
                 self._json(200, {"data": [{"id": "fake-model", "max_model_len": script.max_model_len}]})
             elif self.path == "/version":
                 self._json(200, {"version": "fake"})
+            elif self.path == "/metrics" and script.metrics:
+                n, labels = script.completed, '{model_name="fake-model",engine="0"}'
+                text = "".join(
+                    f"{name}{labels} {value}\n"
+                    for name, value in [
+                        ("vllm:num_requests_running", script.running),
+                        ("vllm:num_requests_waiting", 0),
+                        ("vllm:time_to_first_token_seconds_sum", 0.02 * n),
+                        ("vllm:time_to_first_token_seconds_count", n),
+                        ("vllm:request_queue_time_seconds_sum", 0.0015 * n),
+                        ("vllm:request_queue_time_seconds_count", n),
+                        ("vllm:prefix_cache_queries_total", 100 * n),
+                        ("vllm:prefix_cache_hits_total", 16 * n),
+                    ]
+                )
+                data = ("# HELP vllm:num_requests_running running\n" + text).encode()
+                self.send_response(200)
+                self.send_header("content-type", "text/plain; version=0.0.4")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
             else:
                 self._json(404, {"error": "not found"})
 
@@ -102,6 +125,7 @@ def _handler(script: Script) -> type[BaseHTTPRequestHandler]:
                 }
                 self.wfile.write(f"data: {json.dumps(final)}\n\ndata: [DONE]\n\n".encode())
                 self.wfile.flush()
+                script.completed += 1
             except (BrokenPipeError, ConnectionResetError):
                 script.disconnected.set()
             finally:

@@ -189,3 +189,46 @@ def test_the_length_sweep_varies_one_length_at_a_time_and_fits_both_lines(
     fits = jobs.sweep_fits(result["cells"])
     assert set(fits["ttft_vs_input"]) == {"slope", "intercept", "r2"}
     assert fits["decode_vs_output"] is not None and set(fits["tpot_by_input"]) == {"20", "40", "80"}
+
+
+def test_metrics_text_is_summed_over_labels_and_deltas_give_means_and_hit_rate() -> None:
+    from bench import server_metrics
+
+    text = (
+        "# HELP vllm:prefix_cache_hits_total hits\n"
+        'vllm:prefix_cache_hits_total{engine="0"} 30\n'
+        'vllm:prefix_cache_hits_total{engine="1"} 10\n'
+        'vllm:prefix_cache_queries_total{engine="0"} 100\n'
+        'vllm:time_to_first_token_seconds_sum{engine="0"} 1.5\n'
+        'vllm:time_to_first_token_seconds_count{engine="0"} 3\n'
+    )
+    after = server_metrics.parse(text)
+    assert after["vllm:prefix_cache_hits_total"] == 40
+    before = {"vllm:prefix_cache_hits_total": 20.0, "vllm:prefix_cache_queries_total": 60.0}
+    d = server_metrics.delta(before, after)
+    assert d["prefix_cache_hit_rate"] == 0.5
+    assert d["time_to_first_token_mean_ms"] == 500.0 and d["time_to_first_token_count"] == 3
+    assert d["request_decode_time_mean_ms"] is None
+
+
+def test_each_cell_stores_the_servers_metrics_delta_and_peaks(fake: tuple[fake_vllm.Script, str]) -> None:
+    _, url = fake
+
+    async def progress(done: int, total: int, cell: str) -> bool:
+        return True
+
+    result = aio.run(jobs.speed_probe(SMALL, base_url=url, model="fake-model", progress=progress))
+    server = result.cells[0]["server"]
+    assert server["time_to_first_token_count"] == 1 and server["time_to_first_token_mean_ms"] == pytest.approx(20)
+    assert server["prefix_cache_hit_rate"] == pytest.approx(0.16) and server["samples"] >= 1
+
+
+def test_a_server_without_metrics_still_runs_the_job(fake: tuple[fake_vllm.Script, str]) -> None:
+    script, url = fake
+    script.metrics = False
+
+    async def progress(done: int, total: int, cell: str) -> bool:
+        return True
+
+    result = aio.run(jobs.speed_probe(SMALL, base_url=url, model="fake-model", progress=progress))
+    assert len(result.cells) == 4 and "unavailable" in result.cells[0]["server"]["error"]
