@@ -232,3 +232,46 @@ def test_a_server_without_metrics_still_runs_the_job(fake: tuple[fake_vllm.Scrip
 
     result = aio.run(jobs.speed_probe(SMALL, base_url=url, model="fake-model", progress=progress))
     assert len(result.cells) == 4 and "unavailable" in result.cells[0]["server"]["error"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_progress_is_pushed_to_the_owners_job_socket_only(settings: Any) -> None:
+    from channels.layers import channel_layers
+    from channels.testing import WebsocketCommunicator
+
+    from bench.services import _push
+    from labapp.asgi import application
+
+    settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    channel_layers.backends.clear()
+    owner = User.objects.create(username="pusher")
+    job = BenchJob.objects.create(owner=owner, kind="speed", engine_url="http://e")
+
+    def cookie(user: User) -> bytes:
+        client = Client()
+        client.force_login(user)
+        return f"sessionid={client.cookies['sessionid'].value}".encode()
+
+    owner_cookie, stranger_cookie = cookie(owner), cookie(User.objects.create(username="other"))
+
+    async def go() -> tuple[Any, Any]:
+        headers = [(b"origin", b"http://localhost"), (b"host", b"localhost")]
+        stranger = WebsocketCommunicator(
+            application, f"/ws/bench/{job.pk}/", headers=[*headers, (b"cookie", stranger_cookie)]
+        )
+        refused = await stranger.connect()
+        socket = WebsocketCommunicator(
+            application, f"/ws/bench/{job.pk}/", headers=[*headers, (b"cookie", owner_cookie)]
+        )
+        assert (await socket.connect())[0]
+        await _push(job.pk, {"status": "running", "done": 3, "total": 8, "cell": "100 in / 50 out"})
+        message = await socket.receive_json_from(timeout=5)
+        await socket.disconnect()
+        return refused, message
+
+    try:
+        refused, message = aio.run(go())
+    finally:
+        channel_layers.backends.clear()
+    assert refused == (False, 4404)
+    assert message == {"status": "running", "done": 3, "total": 8, "cell": "100 in / 50 out"}

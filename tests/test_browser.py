@@ -117,6 +117,7 @@ def test_a_learner_starts_a_speed_probe_watches_the_progress_bar_and_sees_the_ch
     page.click("#start-speed")
     page.wait_for_selector("#job-state")
     seen: set[int] = set()
+    pushed = False
     for _ in range(1800):  # the real worker measures the real engine: about a minute on two cores
         state = page.locator("#job-state")
         if state.count() and state.get_attribute("data-status") in ("done", "failed", "cancelled"):
@@ -124,9 +125,11 @@ def test_a_learner_starts_a_speed_probe_watches_the_progress_bar_and_sees_the_ch
         progress = page.locator("#job-progress")
         if progress.count():
             seen.add(int(progress.get_attribute("value") or 0))
+            pushed = pushed or progress.evaluate("bar => bar.dataset.pushed === 'true'")
         page.wait_for_timeout(200)
     assert page.locator("#job-state").get_attribute("data-status") == "done", page.locator("#job-state").inner_text()
     assert len(seen) >= 3, f"the progress bar did not move: {seen}"
+    assert pushed, "no progress arrived over the job's websocket"
     page.wait_for_selector("#job-chart[data-drawn=true]", timeout=10_000)
     assert page.locator("#job-chart .main-svg").count() >= 1
     assert float(page.locator("#prefill-speed").inner_text().replace(",", "")) > 0

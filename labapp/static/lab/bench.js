@@ -13,3 +13,27 @@
   document.body.addEventListener("htmx:afterSwap", draw);
   draw();
 })();
+// Progress pushed over a websocket moves the bar at once; the panel also polls the job row
+// every few seconds, so the page stays right when the push (Redis) is down.
+(function () {
+  "use strict";
+  const state = document.getElementById("job-state");
+  if (!state || !["queued", "running"].includes(state.dataset.status)) return;
+  const scheme = location.protocol === "https:" ? "wss://" : "ws://";
+  const socket = new WebSocket(`${scheme}${location.host}/ws/bench/${state.dataset.job}/`);
+  socket.onmessage = (event) => {
+    const m = JSON.parse(event.data);
+    const bar = document.getElementById("job-progress");
+    if (bar && m.total) {
+      bar.max = m.total;
+      bar.value = m.done;
+      document.getElementById("job-count").textContent = `${m.done}/${m.total} (${Math.round(100 * m.done / m.total)}%)`;
+      document.getElementById("job-cell").textContent = m.cell || "";
+      bar.dataset.pushed = "true";
+    }
+    if (!["queued", "running"].includes(m.status)) {
+      document.body.dispatchEvent(new Event("job-changed"));  // redraw the panel with the results
+      socket.close();
+    }
+  };
+})();

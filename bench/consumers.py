@@ -1,0 +1,40 @@
+"""Job progress pushed to the job's page. Hints only: the page can always rebuild from the row."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from bench.models import BenchJob
+
+CLOSE_NOT_FOUND = 4404
+
+
+def group_name(job_id: int) -> str:
+    return f"bench-job-{job_id}"
+
+
+class JobProgressConsumer(AsyncJsonWebsocketConsumer):
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        job_id = int(self.scope["url_route"]["kwargs"]["job_id"])
+        owns = (
+            user is not None
+            and user.is_authenticated
+            and await database_sync_to_async(BenchJob.objects.filter(pk=job_id, owner_id=user.pk).exists)()
+        )
+        if not owns:
+            await self.close(code=CLOSE_NOT_FOUND)  # another user's job does not exist for them
+            return
+        self.group = group_name(job_id)
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.accept()
+
+    async def disconnect(self, code: int) -> None:
+        if hasattr(self, "group"):
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def job_progress(self, event: dict[str, Any]) -> None:
+        await self.send_json({key: value for key, value in event.items() if key != "type"})
