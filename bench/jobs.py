@@ -15,7 +15,7 @@ import httpx
 
 from bench import runner, server_metrics
 from bench.estimator import gen_seconds
-from bench.metrics import RequestRecord, summarize
+from bench.metrics import SLO, RequestRecord, summarize
 from bench.workloads import synthetic_prompts
 
 Progress = Callable[[int, int, str], Awaitable[bool]]  # done, total, current cell -> keep going?
@@ -235,10 +235,139 @@ def csv_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for cell in results.get("cells", []):
         shape = {key: cell[key] for key in ("input_tokens", "output_tokens")}
+        name = "{input_tokens}/{output_tokens}".format(**shape)
+        if "concurrency" in cell:
+            name += f" @{cell['concurrency']}"
         for r in cell["requests"]:
-            row = {"cell": "{input_tokens}/{output_tokens}".format(**shape), **shape}
+            row = {"cell": name, **shape}
             row |= {key: r[key] for key in ("success", "prompt_tokens", "cached_tokens")}
             row |= {"error": r["error"] or "", "output_tokens_got": r["output_tokens"]}
             row |= {col: None if r[key] is None else round(r[key] * 1000, 3) for col, key in MS_FIELDS.items()}
             rows.append(row)
     return rows
+
+
+# --- Lab 3: serving under load ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LoadConfig:
+    repeats: int = 1  # requests per level = repeats × 8
+    concurrencies: tuple[int, ...] = (1, 2, 4, 8)
+    input_tokens: int = 256
+    output_tokens: int = 32
+    slo_ttft_ms: float = 3000.0
+    slo_tpot_ms: float = 200.0
+    seed: int = 0
+    meets_share: float = 0.9  # a level "meets the SLO" when this share of its requests do
+
+    @property
+    def per_level(self) -> int:
+        return 8 * self.repeats
+
+    @property
+    def total_requests(self) -> int:
+        return self.per_level * len(self.concurrencies)
+
+
+async def load_sweep(config: LoadConfig, *, base_url: str, model: str, progress: Progress) -> SpeedResult:
+    """Each concurrency level in turn with fresh prompts; a cancel takes effect between levels."""
+    result = SpeedResult()
+    slo = SLO(ttft_ms=config.slo_ttft_ms, tpot_ms=config.slo_tpot_ms)
+    done = 0
+    async with httpx.AsyncClient(base_url=base_url, timeout=60) as http:
+        warm = runner.RequestSpec(prompt=f"warm-up {config.seed}", max_tokens=4)
+        await runner.run([], base_url=base_url, model=model, shape=runner.LoadShape(concurrency=1), warmup=[warm])
+        for number, concurrency in enumerate(config.concurrencies):
+            label = f"concurrency {concurrency}"
+            if not await progress(done, config.total_requests, label):
+                result.cancelled = True
+                return result
+            prompts = await synthetic_prompts(
+                config.per_level, config.input_tokens, seed=config.seed * 100 + number, model=model, client=http
+            )
+            specs = [runner.RequestSpec(prompt=p, max_tokens=config.output_tokens) for p in prompts]
+            base_done = done
+
+            async def on_done(
+                finished: int, total: int, record: RequestRecord, base_done: int = base_done, label: str = label
+            ) -> None:
+                await progress(base_done + finished, config.total_requests, label)
+
+            async with server_metrics.watched(http) as server:
+                run = await runner.run(
+                    specs,
+                    base_url=base_url,
+                    model=model,
+                    shape=runner.LoadShape(concurrency=concurrency),
+                    on_done=on_done,
+                )
+            done += len(specs)
+            summary = summarize(run.records, duration=run.duration, slo=slo, max_concurrent_requests=run.max_concurrent)
+            level = {key: summary[key] for key in LEVEL_KEYS} | {
+                "concurrency": concurrency,
+                "input_tokens": config.input_tokens,
+                "output_tokens": config.output_tokens,
+                "errors": [r.error for r in run.records if r.error],
+                "server": server,
+                "requests": [r.as_dict() | {"itl": None, "text_chunk_at": None} for r in run.records],
+            }
+            level["meets_slo"] = bool(
+                summary["request_throughput"]
+                and summary["request_goodput"] >= config.meets_share * summary["request_throughput"]
+            )
+            result.cells.append(level)
+    return result
+
+
+LEVEL_KEYS = (
+    "completed",
+    "failed",
+    "duration",
+    "request_throughput",
+    "request_goodput",
+    "output_throughput",
+    "median_ttft_ms",
+    "p99_ttft_ms",
+    "median_tpot_ms",
+    "p99_tpot_ms",
+    "median_e2el_ms",
+    "max_concurrent_requests",
+)
+
+
+def load_summary(cells: list[dict[str, Any]], config: LoadConfig) -> dict[str, Any]:
+    meeting = [c["concurrency"] for c in cells if c.get("meets_slo")]
+    return {
+        "slo": {"ttft_ms": config.slo_ttft_ms, "tpot_ms": config.slo_tpot_ms, "share": config.meets_share},
+        "best_concurrency": max(meeting) if meeting else None,
+        "peak_output_throughput": max((c["output_throughput"] for c in cells), default=None),
+    }
+
+
+JobConfig = SpeedConfig | SweepConfig | LoadConfig
+
+
+def config_for(kind: str, raw: dict[str, Any]) -> JobConfig:
+    """The configuration of a job kind ("speed", "sweep", "load") from its saved settings."""
+    repeats, seed = int(raw.get("repeats", 1)), int(raw.get("seed", 0))
+    if kind == "sweep":
+        return SweepConfig(repeats=repeats, seed=seed)
+    if kind == "load":
+        return LoadConfig(repeats=repeats, seed=seed)
+    return SpeedConfig(repeats=repeats, seed=seed)
+
+
+async def job_measure(
+    config: JobConfig, *, base_url: str, model: str, progress: Progress
+) -> tuple[dict[str, Any], bool]:
+    """Run a job of any kind; its results (with the kind's fits or summary) and whether it was cancelled."""
+    if isinstance(config, LoadConfig):
+        loaded = await load_sweep(config, base_url=base_url, model=model, progress=progress)
+        results = {"cells": loaded.cells, "cancelled": loaded.cancelled} | load_summary(loaded.cells, config)
+        return results, loaded.cancelled
+    if isinstance(config, SweepConfig):
+        swept = await length_sweep(config, base_url=base_url, model=model, progress=progress)
+        return swept.as_dict() | {"fits": sweep_fits(swept.cells)}, swept.cancelled
+    probed = await speed_probe(config, base_url=base_url, model=model, progress=progress)
+    return probed.as_dict(), probed.cancelled

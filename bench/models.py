@@ -11,6 +11,7 @@ class BenchJob(models.Model):
     class Kind(models.TextChoices):
         SPEED = "speed", _("속도 측정 (실습 1)")
         SWEEP = "sweep", _("길이 스윕 (실습 2)")
+        LOAD = "load", _("부하 스윕 (실습 3)")
 
     class Status(models.TextChoices):
         QUEUED = "queued", "queued"

@@ -38,11 +38,8 @@ def job_create(*, owner: AbstractBaseUser, kind: str, config: dict[str, Any]) ->
     return job
 
 
-def job_config(kind: str, config: dict[str, Any]) -> jobs.SpeedConfig | jobs.SweepConfig:
-    repeats, seed = int(config.get("repeats", 1)), int(config.get("seed", 0))
-    if kind == BenchJob.Kind.SWEEP:
-        return jobs.SweepConfig(repeats=repeats, seed=seed)
-    return jobs.SpeedConfig(repeats=repeats, seed=seed)
+def job_config(kind: str, config: dict[str, Any]) -> jobs.JobConfig:
+    return jobs.config_for(kind, config)
 
 
 def job_cancel(*, job: BenchJob) -> BenchJob:
@@ -108,26 +105,21 @@ def job_execute(*, job_id: int) -> BenchJob:
         await _push(job.pk, {"status": "running", "done": done, "total": total, "cell": cell})
         return keep_going
 
-    async def measure() -> jobs.SpeedResult:
+    async def measure() -> tuple[dict[str, Any], bool]:
         model = await vllm_client.engine_model(job.engine_url)
-        if isinstance(config, jobs.SweepConfig):
-            return await jobs.length_sweep(config, base_url=job.engine_url, model=model, progress=progress)
-        return await jobs.speed_probe(config, base_url=job.engine_url, model=model, progress=progress)
+        return await jobs.job_measure(config, base_url=job.engine_url, model=model, progress=progress)
 
     try:
-        result = async_to_sync(measure)()
+        results, cancelled = async_to_sync(measure)()
     except Exception as exc:
         BenchJob.objects.filter(pk=job.pk).update(
             status=BenchJob.Status.FAILED, error=f"{type(exc).__name__}: {exc}", finished_at=timezone.now()
         )
         return BenchJob.objects.get(pk=job.pk)
-    results = result.as_dict()
-    if job.kind == BenchJob.Kind.SWEEP:
-        results["fits"] = jobs.sweep_fits(results["cells"])
     failed = [c for c in results["cells"] if c["failed"]]
-    status = BenchJob.Status.CANCELLED if result.cancelled else BenchJob.Status.DONE
+    status = BenchJob.Status.CANCELLED if cancelled else BenchJob.Status.DONE
     error = ""
-    if failed and not result.cancelled:
+    if failed and not cancelled:
         status = BenchJob.Status.FAILED
         error = "; ".join(sorted({e for c in failed for e in c["errors"]}))[:2000]
     BenchJob.objects.filter(pk=job.pk).update(

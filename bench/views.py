@@ -41,10 +41,27 @@ def bench_list(request: HttpRequest) -> HttpResponse:
     return render(request, "bench/list.html", {"form": form, "jobs": jobs})
 
 
+def _load_chart(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    levels = [c["concurrency"] for c in cells]
+    figure = make_subplots(rows=1, cols=2, subplot_titles=("throughput and goodput", "TTFT and TPOT"))
+    figure.add_trace(go.Scatter(x=levels, y=[c["request_throughput"] for c in cells], name="req/s"), row=1, col=1)
+    figure.add_trace(go.Scatter(x=levels, y=[c["request_goodput"] for c in cells], name="goodput req/s"), row=1, col=1)
+    for key, name in (("median_ttft_ms", "TTFT p50"), ("p99_ttft_ms", "TTFT p99"), ("median_tpot_ms", "TPOT p50")):
+        figure.add_trace(go.Scatter(x=levels, y=[c[key] for c in cells], name=f"{name} (ms)"), row=1, col=2)
+    figure.update_xaxes(title_text="concurrency", type="log")
+    figure.update_layout(height=380, margin={"t": 40, "l": 50, "r": 20, "b": 40})
+    return dict(json.loads(figure.to_json()))
+
+
 def _chart(job: BenchJob) -> dict[str, Any] | None:
     cells = [c for c in (job.results or {}).get("cells", []) if c.get("completed")]
     if not cells:
         return None
+    if "concurrency" in cells[0]:
+        return _load_chart(cells)
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 

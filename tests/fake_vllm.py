@@ -123,9 +123,9 @@ def _handler(script: Script) -> type[BaseHTTPRequestHandler]:
                     },
                     "metrics": {"queue_time_ms": 1.5, "time_to_first_token_ms": 20.0, "generation_time_ms": 30.0},
                 }
+                script.completed += 1  # counted before the last chunk, so a client never sees it late
                 self.wfile.write(f"data: {json.dumps(final)}\n\ndata: [DONE]\n\n".encode())
                 self.wfile.flush()
-                script.completed += 1
             except (BrokenPipeError, ConnectionResetError):
                 script.disconnected.set()
             finally:

@@ -275,3 +275,27 @@ def test_progress_is_pushed_to_the_owners_job_socket_only(settings: Any) -> None
         channel_layers.backends.clear()
     assert refused == (False, 4404)
     assert message == {"status": "running", "done": 3, "total": 8, "cell": "100 in / 50 out"}
+
+
+@pytest.mark.django_db
+def test_a_load_sweep_measures_each_concurrency_with_goodput_and_finds_the_best_level(
+    fake: tuple[fake_vllm.Script, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script, url = fake
+    script.delay_s = 0.01
+    small = jobs.LoadConfig(concurrencies=(1, 2, 4), input_tokens=20, output_tokens=4, slo_ttft_ms=60_000)
+    monkeypatch.setattr(jobs, "config_for", lambda kind, raw: small)
+    owner = User.objects.create(username="loader")
+    job = BenchJob.objects.create(owner=owner, kind="load", config={"repeats": 1, "seed": 3}, engine_url=url)
+    done = services.job_execute(job_id=job.pk)
+    assert done.status == BenchJob.Status.DONE, done.error
+    levels = done.results["cells"]
+    assert [c["concurrency"] for c in levels] == [1, 2, 4]
+    assert [c["max_concurrent_requests"] for c in levels] == [1, 2, 4]
+    assert all(c["completed"] == 8 and c["request_goodput"] == c["request_throughput"] for c in levels)
+    assert done.results["best_concurrency"] == 4 and done.done_requests == 24
+    client = Client()
+    client.force_login(owner)
+    page = client.get(f"/bench/{job.pk}/").content.decode()
+    assert 'id="best-concurrency">4<' in page and "job-chart-data" in page
+    assert client.get(f"/bench/{job.pk}/export.csv").content.decode().count("@4") == 8

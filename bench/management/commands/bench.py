@@ -15,7 +15,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from bench import jobs, services
+from bench import jobs
 from rag import vllm_client
 
 
@@ -23,7 +23,7 @@ class Command(BaseCommand):
     help = "Run a benchmark job (speed: Lab 1's speed probe; sweep: Lab 2's length sweeps) against vLLM."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("kind", choices=["speed", "sweep"])
+        parser.add_argument("kind", choices=["speed", "sweep", "load"])
         parser.add_argument("--repeats", type=int, default=2)
         parser.add_argument("--json", type=Path, help="write the results here")
         parser.add_argument("--csv", type=Path, help="write one row per request here")
@@ -32,7 +32,7 @@ class Command(BaseCommand):
         if not 1 <= options["repeats"] <= 20:
             raise CommandError("--repeats must be from 1 to 20")
         seed = random.SystemRandom().randrange(1, 1 << 30)
-        config = services.job_config(options["kind"], {"repeats": options["repeats"], "seed": seed})
+        config = jobs.config_for(options["kind"], {"repeats": options["repeats"], "seed": seed})
         base = vllm_client.base_url()
 
         async def progress(done: int, total: int, cell: str) -> bool:
@@ -41,29 +41,36 @@ class Command(BaseCommand):
             sys.stderr.flush()
             return True
 
-        async def measure() -> jobs.SpeedResult:
+        async def measure() -> tuple[dict[str, Any], bool]:
             model = await vllm_client.engine_model(base)
-            if isinstance(config, jobs.SweepConfig):
-                return await jobs.length_sweep(config, base_url=base, model=model, progress=progress)
-            return await jobs.speed_probe(config, base_url=base, model=model, progress=progress)
+            return await jobs.job_measure(config, base_url=base, model=model, progress=progress)
 
         try:
-            results = asyncio.run(measure()).as_dict()
-            if options["kind"] == "sweep":
-                results["fits"] = jobs.sweep_fits(results["cells"])
+            results, _cancelled = asyncio.run(measure())
         except vllm_client.EngineUnavailable as exc:
             raise CommandError(str(exc)) from exc
         sys.stderr.write("\n")
         for cell in results["cells"]:
+            if "concurrency" in cell:
+                self.stdout.write(
+                    f"concurrency {cell['concurrency']:>3}: {cell['request_throughput']:.2f} req/s, "
+                    f"{cell['output_throughput']:.1f} tok/s, goodput {cell['request_goodput']:.2f} req/s, "
+                    f"TTFT p50/p99 {cell['median_ttft_ms']:.0f}/{cell['p99_ttft_ms']:.0f} ms, "
+                    f"TPOT p50 {cell['median_tpot_ms']:.1f} ms"
+                )
+                continue
             self.stdout.write(
                 f"{cell['input_tokens']:>5} in / {cell['output_tokens']:>4} out: "
                 f"TTFT {cell['median_ttft_ms']:8.1f} ms, "
                 f"TPOT {cell['median_tpot_ms']:6.1f} ms, prefill {cell['prefill_speed'] or 0:7.0f} tok/s, "
                 f"decode {cell['decode_speed'] or 0:5.1f} tok/s"
             )
-        check = results["check"]
+        check = results.get("check")
+        if "best_concurrency" in results:
+            self.stdout.write(f"highest concurrency meeting the SLO {results['slo']}: {results['best_concurrency']}")
         self.stdout.write(
-            f"prefill {results['prefill_speed'] or 0:.0f} tok/s, decode {results['decode_speed'] or 0:.1f} tok/s"
+            f"prefill {results.get('prefill_speed') or 0:.0f} tok/s, "
+            f"decode {results.get('decode_speed') or 0:.1f} tok/s"
             + (
                 f"; estimate on {check['input_tokens']}/{check['output_tokens']}: {check['estimate_s']} s vs "
                 f"measured {check['measured_s']} s ({check['error_pct']} % off)"
