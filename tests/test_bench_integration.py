@@ -58,3 +58,25 @@ def test_a_length_sweep_job_on_the_real_engine_fits_rising_lines(engine: str, mo
     assert fits["decode_vs_output"]["slope"] > 0  # each output token costs about one TPOT
     assert fits["prefill_speed"] > 0 and fits["tpot_ms"] > 0
     assert all(c["median_cached_tokens"] == 0 for c in done.results["cells"])  # unique prompts: no cache hits
+
+
+@pytest.mark.django_db
+def test_a_load_sweep_job_on_the_real_engine_runs_requests_side_by_side(
+    engine: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django.contrib.auth.models import User
+
+    from bench import jobs, services
+    from bench.models import BenchJob
+
+    small = jobs.LoadConfig(concurrencies=(1, 4), input_tokens=64, output_tokens=8, slo_ttft_ms=60_000)
+    monkeypatch.setattr(jobs, "config_for", lambda kind, raw: small)
+    owner = User.objects.create(username="load-real")
+    job = BenchJob.objects.create(owner=owner, kind="load", config={"repeats": 1, "seed": 12}, engine_url=engine)
+    done = services.job_execute(job_id=job.pk)
+    assert done.status == BenchJob.Status.DONE, done.error
+    one, four = done.results["cells"]
+    assert one["completed"] == four["completed"] == 8
+    assert one["max_concurrent_requests"] == 1 and four["max_concurrent_requests"] == 4
+    assert four["server"]["peak_running"] >= 2  # the engine itself saw requests batched together
+    assert four["request_throughput"] > one["request_throughput"]  # batching: more requests per second
