@@ -48,7 +48,7 @@ def test_a_length_sweep_job_on_the_real_engine_fits_rising_lines(engine: str, mo
     from bench.models import BenchJob
 
     small = jobs.SweepConfig(input_lengths=(64, 512, 1024), fixed_output=8, output_lengths=(8, 48), fixed_input=64)
-    monkeypatch.setattr(jobs, "SweepConfig", lambda repeats, seed: small)
+    monkeypatch.setattr(jobs, "config_for", lambda kind, raw: small)
     owner = User.objects.create(username="sweeper")
     job = BenchJob.objects.create(owner=owner, kind="sweep", config={"repeats": 1, "seed": 11}, engine_url=engine)
     done = services.job_execute(job_id=job.pk)

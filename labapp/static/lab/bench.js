@@ -14,26 +14,39 @@
   draw();
 })();
 // Progress pushed over a websocket moves the bar at once; the panel also polls the job row
-// every few seconds, so the page stays right when the push (Redis) is down.
+// every few seconds, so the page stays right when the push (Redis) is down. A dropped socket
+// reconnects while the job is still queued or running.
 (function () {
   "use strict";
-  const state = document.getElementById("job-state");
-  if (!state || !["queued", "running"].includes(state.dataset.status)) return;
-  const scheme = location.protocol === "https:" ? "wss://" : "ws://";
-  const socket = new WebSocket(`${scheme}${location.host}/ws/bench/${state.dataset.job}/`);
-  socket.onmessage = (event) => {
-    const m = JSON.parse(event.data);
-    const bar = document.getElementById("job-progress");
-    if (bar && m.total) {
-      bar.max = m.total;
-      bar.value = m.done;
-      document.getElementById("job-count").textContent = `${m.done}/${m.total} (${Math.round(100 * m.done / m.total)}%)`;
-      document.getElementById("job-cell").textContent = m.cell || "";
-      bar.dataset.pushed = "true";
-    }
-    if (!["queued", "running"].includes(m.status)) {
-      document.body.dispatchEvent(new Event("job-changed"));  // redraw the panel with the results
-      socket.close();
-    }
+  const first = document.getElementById("job-state");
+  if (!first || !["queued", "running"].includes(first.dataset.status)) return;
+  const job = first.dataset.job;
+  const active = () => {
+    const state = document.getElementById("job-state");
+    return state && ["queued", "running"].includes(state.dataset.status);
   };
+  let finished = false;
+  function connect() {
+    const scheme = location.protocol === "https:" ? "wss://" : "ws://";
+    const socket = new WebSocket(`${scheme}${location.host}/ws/bench/${job}/`);
+    socket.onmessage = (event) => {
+      const m = JSON.parse(event.data);
+      const bar = document.getElementById("job-progress");
+      if (bar && m.total) {
+        bar.max = m.total;
+        bar.value = m.done;
+        document.getElementById("job-count").textContent = `${m.done}/${m.total} (${Math.round(100 * m.done / m.total)}%)`;
+        document.getElementById("job-cell").textContent = m.cell || "";
+        bar.dataset.pushed = "true";
+        document.body.dataset.pushes = String(Number(document.body.dataset.pushes || 0) + 1);
+      }
+      if (!["queued", "running"].includes(m.status)) {
+        finished = true;
+        document.body.dispatchEvent(new Event("job-changed"));  // redraw the panel with the results
+        socket.close();
+      }
+    };
+    socket.onclose = () => { if (!finished && active()) setTimeout(connect, 1000); };
+  }
+  connect();
 })();
