@@ -75,7 +75,6 @@ class SpeedResult:
 
     def as_dict(self) -> dict[str, Any]:
         cells = [c for c in self.cells if c["completed"]]
-        by_shape = {(c["input_tokens"], c["output_tokens"]): c for c in cells}
         long_input = max(cells, key=lambda c: c["input_tokens"] / c["output_tokens"], default=None)
         long_output = max(cells, key=lambda c: c["output_tokens"] / c["input_tokens"], default=None)
         prefill_speed = long_input["prefill_speed"] if long_input else None
@@ -99,7 +98,6 @@ class SpeedResult:
             "decode_speed": decode_speed,
             "check": check,
             "cancelled": self.cancelled,
-            "shapes_done": [list(k) for k in by_shape],
         }
 
 
@@ -115,6 +113,12 @@ class Cell:
         return f"{self.input_tokens} in / {self.output_tokens} out{extra}"
 
 
+async def _warm_up(*, base_url: str, model: str, seed: int) -> None:
+    """One short request, not measured: the first request after a quiet engine is slow."""
+    warm = runner.RequestSpec(prompt=f"warm-up {seed}", max_tokens=4)
+    await runner.run([], base_url=base_url, model=model, shape=runner.LoadShape(concurrency=1), warmup=[warm])
+
+
 async def measure_cells(
     cells: list[Cell], *, repeats: int, seed: int, base_url: str, model: str, progress: Progress
 ) -> SpeedResult:
@@ -123,9 +127,7 @@ async def measure_cells(
     total = repeats * len(cells)
     done = 0
     async with httpx.AsyncClient(base_url=base_url, timeout=60) as http:
-        # One short request first, not measured: the first request after a quiet engine is slow.
-        warm = runner.RequestSpec(prompt=f"warm-up {seed}", max_tokens=4)
-        await runner.run([], base_url=base_url, model=model, shape=runner.LoadShape(concurrency=1), warmup=[warm])
+        await _warm_up(base_url=base_url, model=model, seed=seed)
         for number, cell in enumerate(cells):
             if not await progress(done, total, cell.label):
                 result.cancelled = True
@@ -276,8 +278,7 @@ async def load_sweep(config: LoadConfig, *, base_url: str, model: str, progress:
     slo = SLO(ttft_ms=config.slo_ttft_ms, tpot_ms=config.slo_tpot_ms)
     done = 0
     async with httpx.AsyncClient(base_url=base_url, timeout=60) as http:
-        warm = runner.RequestSpec(prompt=f"warm-up {config.seed}", max_tokens=4)
-        await runner.run([], base_url=base_url, model=model, shape=runner.LoadShape(concurrency=1), warmup=[warm])
+        await _warm_up(base_url=base_url, model=model, seed=config.seed)
         for number, concurrency in enumerate(config.concurrencies):
             label = f"concurrency {concurrency}"
             if not await progress(done, config.total_requests, label):

@@ -118,4 +118,5 @@ async def watched(client: httpx.AsyncClient, every_s: float = 0.25) -> AsyncIter
             "peak_waiting": peaks.waiting,
             "peak_kv_cache_usage": peaks.kv_cache_usage,
             "samples": peaks.samples,
+            "sample_errors": len(peaks.errors),
         }

@@ -88,9 +88,14 @@ def can_manage(user: AbstractBaseUser | AnonymousUser, document: Document) -> bo
     )
 
 
+def document_collections(user: AbstractBaseUser | AnonymousUser) -> list[CollectionRef]:
+    """Collections that hold uploaded documents (theirs and their classes'), never the shared chapter."""
+    return [ref for ref in collections_for(user) if ref.name != CHAPTER_COLLECTION]
+
+
 def documents_visible(user: AbstractBaseUser | AnonymousUser) -> list[str]:
     """The collections whose documents the user's document list shows."""
-    return [ref.name for ref in collections_for(user) if ref.key != "chapter"]
+    return [ref.name for ref in document_collections(user)]
 
 
 def _classroom_id(collection: str) -> int | None:

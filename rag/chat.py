@@ -134,11 +134,10 @@ _token_counts: dict[str, int] = {}
 async def _count_cached(texts: list[str], *, model: str) -> list[int]:
     """Engine token counts, remembered by text (a chunk's text is its identity)."""
     keys = [hashlib.sha1(f"{model}\0{t}".encode(), usedforsecurity=False).hexdigest() for t in texts]
-    missing = [t for t, k in zip(texts, keys, strict=True) if k not in _token_counts]
+    missing = {k: t for t, k in zip(texts, keys, strict=True) if k not in _token_counts}
     if missing:
-        counted = await vllm_client.count_tokens(missing, model=model)
-        for text, count in zip(missing, counted, strict=True):
-            _token_counts[hashlib.sha1(f"{model}\0{text}".encode(), usedforsecurity=False).hexdigest()] = count
+        counted = await vllm_client.count_tokens(list(missing.values()), model=model)
+        _token_counts.update(zip(missing, counted, strict=True))
     return [_token_counts[k] for k in keys]
 
 

@@ -24,6 +24,7 @@ from rag.access import (
     can_manage,
     collection_resolve,
     collections_for,
+    document_collections,
     document_for,
     documents_visible,
 )
@@ -46,11 +47,6 @@ def _user(request: HttpRequest) -> AbstractBaseUser:
     return cast(AbstractBaseUser, request.user)
 
 
-def upload_collections(user: AbstractBaseUser | AnonymousUser) -> list[CollectionRef]:
-    """Collections a user may add files to: theirs, never the shared chapter."""
-    return [ref for ref in collections_for(user) if ref.name != services.CHAPTER_COLLECTION]
-
-
 @dataclass(frozen=True)
 class Upload:
     filename: str
@@ -70,7 +66,7 @@ class DocumentUploadForm(forms.Form):
 
     def __init__(self, *args: Any, user: AbstractBaseUser | AnonymousUser, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.refs = {ref.key: ref for ref in upload_collections(user)}
+        self.refs = {ref.key: ref for ref in document_collections(user)}
         field = cast(forms.ChoiceField, self.fields["collection"])
         field.choices = [(key, ref.label) for key, ref in self.refs.items()]
         self.upload: Upload | None = None
