@@ -12,6 +12,9 @@ class BenchJob(models.Model):
         SPEED = "speed", _("속도 측정 (실습 1)")
         SWEEP = "sweep", _("길이 스윕 (실습 2)")
         LOAD = "load", _("부하 스윕 (실습 3)")
+        RETRIEVAL = "retrieval", _("검색 크기 스윕 (실습 4)")
+        PREFIX = "prefix", _("프리픽스 캐시 콜드/웜 (실습 5)")
+        SHORT = "short", _("짧은 답변 대 보통 답변 (실습 6)")
 
     class Status(models.TextChoices):
         QUEUED = "queued", "queued"
@@ -34,6 +37,7 @@ class BenchJob(models.Model):
     results = models.JSONField(default=dict)
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)  # the running worker's last sign of life
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
