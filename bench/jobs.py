@@ -12,11 +12,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+from asgiref.sync import sync_to_async
+from django.utils.translation import gettext as _
 
-from bench import runner, server_metrics
+from bench import configs, runner, server_metrics
 from bench.estimator import gen_seconds
 from bench.metrics import SLO, RequestRecord, summarize
-from bench.workloads import synthetic_prompts
+from bench.workloads import nonce_line, rag_prompts, rag_questions, shared_prefix_prompts, synthetic_prompts
 
 Progress = Callable[[int, int, str], Awaitable[bool]]  # done, total, current cell -> keep going?
 
@@ -64,7 +66,7 @@ def cell_summary(input_tokens: int, output_tokens: int, records: list[RequestRec
         "median_server_queue_ms": _median([r.queue_time_server * 1000 for r in ok if r.queue_time_server is not None]),
         "prefill_speed": _median(prefill),
         "decode_speed": _median(decode),
-        "requests": [r.as_dict() | {"itl": None, "text_chunk_at": None} for r in records],
+        "requests": [request_row(r) for r in records],
     }
 
 
@@ -252,42 +254,93 @@ def csv_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
 # --- Lab 3: serving under load ----------------------------------------------------------
 
 
+WORKLOADS = ("synthetic", "shared_prefix", "rag", "custom")
+
+
 @dataclass(frozen=True)
 class LoadConfig:
-    repeats: int = 1  # requests per level = repeats × 8
+    repeats: int = 1  # requests per level = repeats × 8 (custom: every prompt of the file, once)
+    mode: str = "concurrency"  # or "rate": requests per second with gamma gaps
     concurrencies: tuple[int, ...] = (1, 2, 4, 8)
+    rates: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0)
+    burstiness: float = 1.0
     input_tokens: int = 256
     output_tokens: int = 32
     slo_ttft_ms: float = 3000.0
     slo_tpot_ms: float = 200.0
     seed: int = 0
     meets_share: float = 0.9  # a level "meets the SLO" when this share of its requests do
+    workload: str = "synthetic"
+    prefixes: int = 2  # shared_prefix: this many openings of prefix_tokens, input_tokens of unique tail each
+    prefix_tokens: int = 512
+    top_k: int = 3  # rag: the evaluation questions with this retrieval setting
+    chunk_size: int = 500
+    custom: tuple[configs.CustomPrompt, ...] = ()
+
+    @property
+    def levels(self) -> tuple[float, ...]:
+        return tuple(self.concurrencies) if self.mode == "concurrency" else tuple(self.rates)
 
     @property
     def per_level(self) -> int:
-        return 8 * self.repeats
+        return len(self.custom) if self.workload == "custom" else 8 * self.repeats
 
     @property
     def total_requests(self) -> int:
-        return self.per_level * len(self.concurrencies)
+        return self.per_level * len(self.levels)
+
+    def level_label(self, level: float) -> str:
+        return f"concurrency {level:g}" if self.mode == "concurrency" else f"rate {level:g} req/s"
+
+    def shape(self, level: float, number: int) -> runner.LoadShape:
+        if self.mode == "concurrency":
+            return runner.LoadShape(concurrency=int(level))
+        return runner.LoadShape(request_rate=level, burstiness=self.burstiness, seed=self.seed * 100 + number)
+
+
+async def load_specs(
+    config: LoadConfig, number: int, *, model: str, http: httpx.AsyncClient
+) -> list[runner.RequestSpec]:
+    """One level's requests, fresh for each level so no level reuses another's cached prompts."""
+    seed = config.seed * 100 + number
+    out = config.output_tokens
+    if config.workload == "shared_prefix":
+        per_prefix = -(-config.per_level // config.prefixes)
+        pairs = await shared_prefix_prompts(
+            config.prefixes, per_prefix, prefix_tokens=config.prefix_tokens, suffix_tokens=config.input_tokens,
+            seed=seed, model=model, client=http,
+        )  # fmt: skip
+        # The level number goes first so that each level starts cold; prefixes repeat within it.
+        return [runner.RequestSpec(prompt=nonce_line(seed) + p, max_tokens=out) for _, p in pairs[: config.per_level]]
+    if config.workload == "rag":
+        questions = rag_questions(config.per_level, seed=config.seed)
+        rag = await sync_to_async(rag_prompts, thread_sensitive=False)(
+            questions, top_k=config.top_k, chunk_size=config.chunk_size
+        )
+        texts = [rag[i % len(rag)].text for i in range(config.per_level)]
+        return [runner.RequestSpec(prompt=nonce_line(seed, i) + t, max_tokens=out) for i, t in enumerate(texts)]
+    if config.workload == "custom":
+        return [
+            runner.RequestSpec(prompt=nonce_line(seed, i) + c.prompt, max_tokens=c.max_tokens or out)
+            for i, c in enumerate(config.custom)
+        ]
+    prompts = await synthetic_prompts(config.per_level, config.input_tokens, seed=seed, model=model, client=http)
+    return [runner.RequestSpec(prompt=p, max_tokens=out) for p in prompts]
 
 
 async def load_sweep(config: LoadConfig, *, base_url: str, model: str, progress: Progress) -> SpeedResult:
-    """Each concurrency level in turn with fresh prompts; a cancel takes effect between levels."""
+    """Each load level in turn with fresh prompts; a cancel takes effect between levels."""
     result = SpeedResult()
     slo = SLO(ttft_ms=config.slo_ttft_ms, tpot_ms=config.slo_tpot_ms)
     done = 0
     async with httpx.AsyncClient(base_url=base_url, timeout=60) as http:
         await _warm_up(base_url=base_url, model=model, seed=config.seed)
-        for number, concurrency in enumerate(config.concurrencies):
-            label = f"concurrency {concurrency}"
+        for number, level in enumerate(config.levels):
+            label = config.level_label(level)
             if not await progress(done, config.total_requests, label):
                 result.cancelled = True
                 return result
-            prompts = await synthetic_prompts(
-                config.per_level, config.input_tokens, seed=config.seed * 100 + number, model=model, client=http
-            )
-            specs = [runner.RequestSpec(prompt=p, max_tokens=config.output_tokens) for p in prompts]
+            specs = await load_specs(config, number, model=model, http=http)
             base_done = done
 
             async def on_done(
@@ -297,28 +350,33 @@ async def load_sweep(config: LoadConfig, *, base_url: str, model: str, progress:
 
             async with server_metrics.watched(http) as server:
                 run = await runner.run(
-                    specs,
-                    base_url=base_url,
-                    model=model,
-                    shape=runner.LoadShape(concurrency=concurrency),
-                    on_done=on_done,
+                    specs, base_url=base_url, model=model, shape=config.shape(level, number), on_done=on_done
                 )
             done += len(specs)
             summary = summarize(run.records, duration=run.duration, slo=slo, max_concurrent_requests=run.max_concurrent)
-            level = {key: summary[key] for key in LEVEL_KEYS} | {
-                "concurrency": concurrency,
+            cell = {key: summary[key] for key in LEVEL_KEYS} | {
+                "level": level,
+                "load_mode": config.mode,
+                "workload": config.workload,
                 "input_tokens": config.input_tokens,
                 "output_tokens": config.output_tokens,
                 "errors": [r.error for r in run.records if r.error],
                 "server": server,
-                "requests": [r.as_dict() | {"itl": None, "text_chunk_at": None} for r in run.records],
+                "run_started": run.started,
+                "requests": [request_row(r) for r in run.records],
             }
-            level["meets_slo"] = bool(
+            cell |= {"concurrency": int(level)} if config.mode == "concurrency" else {"request_rate": level}
+            cell["meets_slo"] = bool(
                 summary["request_throughput"]
                 and summary["request_goodput"] >= config.meets_share * summary["request_throughput"]
             )
-            result.cells.append(level)
+            result.cells.append(cell)
     return result
+
+
+def request_row(record: RequestRecord) -> dict[str, Any]:
+    """A request as a job stores it: every METRICS.md field, the gaps (ITL) but not each chunk's clock."""
+    return record.as_dict() | {"text_chunk_at": None}
 
 
 LEVEL_KEYS = (
@@ -334,35 +392,122 @@ LEVEL_KEYS = (
     "p99_tpot_ms",
     "median_e2el_ms",
     "max_concurrent_requests",
+    "mean_client_queue_ms",
+    "p99_client_queue_ms",
 )
 
 
 def load_summary(cells: list[dict[str, Any]], config: LoadConfig) -> dict[str, Any]:
-    meeting = [c["concurrency"] for c in cells if c.get("meets_slo")]
+    meeting = [c["level"] for c in cells if c.get("meets_slo")]
     return {
         "slo": {"ttft_ms": config.slo_ttft_ms, "tpot_ms": config.slo_tpot_ms, "share": config.meets_share},
-        "best_concurrency": max(meeting) if meeting else None,
+        "load_mode": config.mode,
+        "best_level": max(meeting) if meeting else None,
+        "best_concurrency": max(meeting) if meeting and config.mode == "concurrency" else None,
         "peak_output_throughput": max((c["output_throughput"] for c in cells), default=None),
     }
 
 
-JobConfig = SpeedConfig | SweepConfig | LoadConfig
+JobConfig = Any  # one of the *Config classes here or in bench.jobs_rag; each has total_requests
 
 
-def config_for(kind: str, raw: dict[str, Any]) -> JobConfig:
-    """The configuration of a job kind ("speed", "sweep", "load") from its saved settings."""
-    repeats, seed = int(raw.get("repeats", 1)), int(raw.get("seed", 0))
-    if kind == "sweep":
-        return SweepConfig(repeats=repeats, seed=seed)
-    if kind == "load":
-        return LoadConfig(repeats=repeats, seed=seed)
-    return SpeedConfig(repeats=repeats, seed=seed)
+def config_for(kind: str, raw: dict[str, Any], *, max_model_len: int | None = None) -> JobConfig:
+    """The configuration of a job kind from its form or saved settings.
+
+    Raises ``configs.ConfigError`` naming the field of the first bad value, including
+    a request longer than the engine's ``max_model_len`` when that is given.
+    """
+    from bench import jobs_rag
+
+    c = configs
+    repeats, seed = c.integer(raw, "repeats", 1, 1, 20), c.integer(raw, "seed", 0, 0, 1 << 31)
+    if kind == "speed":
+        config: JobConfig = SpeedConfig(repeats=repeats, seed=seed)
+    elif kind == "sweep":
+        config = SweepConfig(
+            repeats=repeats, seed=seed,
+            input_lengths=c.integers(raw, "input_lengths", SweepConfig.input_lengths, 1, 1 << 20),
+            output_lengths=c.integers(raw, "output_lengths", SweepConfig.output_lengths, 2, 1 << 16),
+            fixed_output=c.integer(raw, "fixed_output", SweepConfig.fixed_output, 2, 1 << 16),
+            fixed_input=c.integer(raw, "fixed_input", SweepConfig.fixed_input, 1, 1 << 20),
+        )  # fmt: skip
+    elif kind == "load":
+        workload = c.choice(raw, "workload", "synthetic", WORKLOADS)
+        custom = c.custom_from_raw(raw)
+        if workload == "custom" and not custom:
+            raise configs.ConfigError("custom_file", _("사용자 작업량에는 JSONL 파일이 필요합니다"))
+        config = LoadConfig(
+            repeats=repeats, seed=seed,
+            mode=c.choice(raw, "mode", "concurrency", ("concurrency", "rate")),
+            concurrencies=c.integers(raw, "concurrencies", LoadConfig.concurrencies, 1, 512),
+            rates=c.reals(raw, "rates", LoadConfig.rates, 0.01, 1000),
+            burstiness=c.real(raw, "burstiness", 1.0, 0.05, 100),
+            input_tokens=c.integer(raw, "input_tokens", LoadConfig.input_tokens, 1, 1 << 20),
+            output_tokens=c.integer(raw, "output_tokens", LoadConfig.output_tokens, 1, 1 << 16),
+            slo_ttft_ms=c.real(raw, "slo_ttft_ms", LoadConfig.slo_ttft_ms, 1, 3_600_000),
+            slo_tpot_ms=c.real(raw, "slo_tpot_ms", LoadConfig.slo_tpot_ms, 0.1, 600_000),
+            workload=workload,
+            prefixes=c.integer(raw, "prefixes", LoadConfig.prefixes, 1, 64),
+            prefix_tokens=c.integer(raw, "prefix_tokens", LoadConfig.prefix_tokens, 16, 1 << 20),
+            top_k=c.integer(raw, "top_k", LoadConfig.top_k, 0, 10),
+            chunk_size=int(c.choice(raw, "chunk_size", str(LoadConfig.chunk_size), CHUNK_CHOICES)),
+            custom=custom if workload == "custom" else (),
+        )  # fmt: skip
+    elif kind in jobs_rag.KINDS:
+        config = jobs_rag.config_for(kind, raw, repeats=repeats, seed=seed)
+    else:
+        raise configs.ConfigError("kind", _("알 수 없는 작업 종류: %(kind)s") % {"kind": kind})
+    if max_model_len:
+        length_check(config, max_model_len)
+    return config
+
+
+CHUNK_CHOICES = ("200", "500", "1000")
+
+
+def longest_requests(config: JobConfig) -> list[tuple[str, int]]:
+    """(field to blame, prompt + output tokens) of the config's longest requests known before it runs."""
+    if hasattr(config, "shapes"):  # SpeedConfig
+        return [("repeats", i + o) for i, o in (*config.shapes, config.check)]
+    if isinstance(config, SweepConfig):
+        return [
+            ("input_lengths", max(config.input_lengths) + config.fixed_output),
+            ("output_lengths", config.fixed_input + max(config.output_lengths)),
+        ]
+    if isinstance(config, LoadConfig):
+        if config.workload == "synthetic":
+            return [("output_tokens", config.input_tokens + config.output_tokens)]
+        if config.workload == "shared_prefix":
+            return [("prefix_tokens", config.prefix_tokens + config.input_tokens + config.output_tokens + 16)]
+        return [("output_tokens", config.output_tokens + 1)]
+    longest: list[tuple[str, int]] = getattr(config, "longest_requests", list)()
+    return longest
+
+
+def length_check(config: JobConfig, max_model_len: int) -> None:
+    for field_name, tokens in longest_requests(config):
+        if tokens > max_model_len:
+            raise configs.ConfigError(
+                field_name,
+                _("요청 하나가 %(tokens)d 토큰(프롬프트 + 출력)으로 엔진의 최대 길이 %(limit)d 토큰을 넘습니다")
+                % {"tokens": tokens, "limit": max_model_len},
+            )
+    if isinstance(config, LoadConfig) and config.workload == "custom":
+        for number, item in enumerate(config.custom, start=1):
+            if (item.max_tokens or config.output_tokens) >= max_model_len:
+                raise configs.ConfigError(
+                    "custom_file",
+                    _("%(line)d번째 프롬프트: max_tokens가 엔진의 최대 길이 %(limit)d 토큰 이상입니다")
+                    % {"line": number, "limit": max_model_len},
+                )
 
 
 async def job_measure(
     config: JobConfig, *, base_url: str, model: str, progress: Progress
 ) -> tuple[dict[str, Any], bool]:
     """Run a job of any kind; its results (with the kind's fits or summary) and whether it was cancelled."""
+    from bench import jobs_rag
+
     if isinstance(config, LoadConfig):
         loaded = await load_sweep(config, base_url=base_url, model=model, progress=progress)
         results = {"cells": loaded.cells, "cancelled": loaded.cancelled} | load_summary(loaded.cells, config)
@@ -370,5 +515,7 @@ async def job_measure(
     if isinstance(config, SweepConfig):
         swept = await length_sweep(config, base_url=base_url, model=model, progress=progress)
         return swept.as_dict() | {"fits": sweep_fits(swept.cells)}, swept.cancelled
+    if isinstance(config, jobs_rag.RetrievalConfig | jobs_rag.PrefixConfig | jobs_rag.ShortConfig):
+        return await jobs_rag.job_measure(config, base_url=base_url, model=model, progress=progress)
     probed = await speed_probe(config, base_url=base_url, model=model, progress=progress)
     return probed.as_dict(), probed.cancelled

@@ -31,6 +31,7 @@ class RequestSpec:
     max_tokens: int
     ignore_eos: bool = True
     api: Api = "completions"
+    stop: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,7 @@ async def _one(
         max_tokens=spec.max_tokens,
         model=model,
         ignore_eos=spec.ignore_eos,
+        stop=list(spec.stop) or None,
         client=client,
         timeout=timeout,
         record=record,

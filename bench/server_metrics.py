@@ -120,3 +120,20 @@ async def watched(client: httpx.AsyncClient, every_s: float = 0.25) -> AsyncIter
             "samples": peaks.samples,
             "sample_errors": len(peaks.errors),
         }
+
+
+def merged(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several ``watched`` reports as one: counts and cache counters summed, peaks the highest."""
+    out: dict[str, Any] = {}
+    for key in ("prefix_cache_queries", "prefix_cache_hits", "samples", "sample_errors"):
+        values = [r[key] for r in reports if r.get(key) is not None]
+        out[key] = sum(values) if values else None
+    for key in ("peak_running", "peak_waiting", "peak_kv_cache_usage"):
+        values = [r[key] for r in reports if r.get(key) is not None]
+        out[key] = max(values) if values else None
+    queries, hits = out["prefix_cache_queries"], out["prefix_cache_hits"]
+    out["prefix_cache_hit_rate"] = hits / queries if queries else None
+    errors = sorted({r["error"] for r in reports if r.get("error")})
+    if errors:
+        out["error"] = "; ".join(errors)
+    return out

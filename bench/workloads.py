@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
+from typing import Any
 
 import httpx
 
@@ -52,3 +54,104 @@ async def synthetic_prompts(
             tokens = await count(len(chosen), chosen)
         prompts.append(" ".join(chosen))
     return prompts
+
+
+async def shared_prefix_prompts(
+    prefixes: int, per_prefix: int, *, prefix_tokens: int, suffix_tokens: int, seed: int, model: str,
+    client: httpx.AsyncClient,
+) -> list[tuple[int, str]]:  # fmt: skip
+    """``prefixes`` × ``per_prefix`` prompts: a shared token-exact opening, then a unique tail.
+
+    Returned interleaved (prefix 0, 1, …, 0, 1, …) as (prefix number, prompt), so a
+    load run sends every prefix early and later requests can reuse the cached blocks.
+    """
+    openings = await synthetic_prompts(prefixes, prefix_tokens, seed=seed, model=model, client=client)
+    tails = await synthetic_prompts(prefixes * per_prefix, suffix_tokens, seed=seed + 7919, model=model, client=client)
+    return [
+        (p, openings[p] + "\n" + tails[round_ * prefixes + p]) for round_ in range(per_prefix) for p in range(prefixes)
+    ]
+
+
+@dataclass(frozen=True)
+class RagPrompt:
+    """One evaluation question turned into the chat's real prompt at a retrieval setting."""
+
+    question_id: str
+    question: str
+    evidence: str
+    text: str
+    stop: tuple[str, ...]
+    retrieval_ms: float
+    context: tuple[Any, ...]  # rag.prompting.ContextChunk, in prompt order
+    context_chars: int
+    evidence_retrieved: bool
+
+    @property
+    def chunks(self) -> int:
+        return len(self.context)
+
+
+def rag_questions(count: int, *, seed: int) -> list[Any]:
+    """``count`` questions of the Korean evaluation set, a seeded choice (same seed, same questions)."""
+    from rag.evaluation import load_questions
+
+    questions = load_questions()
+    return random.Random(seed).sample(questions, min(count, len(questions)))
+
+
+def rag_prompts(
+    questions: list[Any], *, top_k: int, chunk_size: int, brief: bool = False, collection: str | None = None
+) -> list[RagPrompt]:
+    """The real retrieval pipeline (hybrid search, stable chunk order, the chat's template).
+
+    Synchronous: it embeds, searches Chroma and reads the database. ``top_k`` 0
+    means no retrieval (the question alone with the instructions).
+    """
+    from labapp.models import ChapterSection
+    from rag import prompting
+    from rag.evaluation import answer_rank
+    from rag.retrieval import retrieve
+    from rag.services import CHAPTER_COLLECTION
+
+    texts = {s.slug: f"{s.title}\n\n{s.body}".strip() for s in ChapterSection.objects.filter(language="ko")}
+    out = []
+    for question in questions:
+        chunks: list[prompting.ContextChunk] = []
+        retrieval_ms = 0.0
+        found = False
+        if top_k > 0:
+            result = retrieve(
+                question.question, collection=collection or CHAPTER_COLLECTION, chunk_size=chunk_size,
+                top_k=top_k, language="ko",
+            )  # fmt: skip
+            retrieval_ms = result.retrieval_ms
+            found = answer_rank(result, question, texts.get(question.slug, "").find(question.evidence)) is not None
+            chunks = [c.context_chunk() for c in result.chunks]
+        prompt = prompting.prompt_build(question.question, chunks, brief=brief)
+        out.append(
+            RagPrompt(
+                question_id=question.id,
+                question=question.question,
+                evidence=question.evidence,
+                text=prompt.text,
+                stop=tuple(prompt.stop),
+                retrieval_ms=retrieval_ms,
+                context=tuple(prompt.chunks),
+                context_chars=len(prompt.context),
+                evidence_retrieved=found,
+            )
+        )
+    return out
+
+
+def answer_coverage(answer: str, evidence: str) -> float:
+    """Share of the evidence passage's terms that the answer contains (0..1): "still right" at a glance."""
+    from rag.lexical import terms
+
+    wanted = set(terms(evidence))
+    return len(wanted & set(terms(answer))) / len(wanted) if wanted else 0.0
+
+
+def nonce_line(seed: int, *parts: object) -> str:
+    """A first line unique to one request: its prompt shares no cached prefix with any other."""
+    return "#" + "-".join(str(p) for p in (seed, *parts)) + "\n"

@@ -142,7 +142,7 @@ async def _count_cached(texts: list[str], *, model: str) -> list[int]:
 
 
 def _source(chunk: retrieval.RetrievedChunk, ref: CollectionRef) -> dict[str, Any]:
-    meta = chunk.metadata
+    context = chunk.context_chunk()
 
     def rounded(value: float | None, digits: int) -> float | None:
         return None if value is None else round(value, digits)
@@ -150,9 +150,9 @@ def _source(chunk: retrieval.RetrievedChunk, ref: CollectionRef) -> dict[str, An
     return {
         "id": chunk.id,
         "rank": chunk.rank,
-        "title": str(meta.get("title") or meta.get("source") or chunk.id),
-        "source": str(meta.get("source", "")),
-        "position": int(meta.get("chunk_index", 0)),
+        "title": context.title,
+        "source": context.source,
+        "position": context.position,
         "text": chunk.text,
         "relevance": chunk.relevance,
         "fused": rounded(chunk.fused_score, 5),
@@ -193,17 +193,7 @@ async def _retrieve(run: AnswerRun) -> list[prompting.ContextChunk]:
         else:
             message = _("이 모음에 자료가 없어 자료 없이 답합니다.")
         run.notice("no_sources", message)
-    return [
-        prompting.ContextChunk(
-            id=src["id"],
-            text=src["text"],
-            title=src["title"],
-            source=src["source"],
-            position=src["position"],
-            rank=src["rank"],
-        )
-        for src in run.sources
-    ]
+    return [chunk.context_chunk() for chunk in result.chunks]
 
 
 async def _fit(run: AnswerRun, chunks: list[prompting.ContextChunk], max_model_len: int) -> prompting.Prompt:

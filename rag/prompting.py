@@ -153,11 +153,15 @@ def stable_order(chunks: list[ContextChunk]) -> list[ContextChunk]:
     return sorted(chunks, key=lambda c: (c.source, c.position, c.id))
 
 
-def prompt_build(question: str, chunks: list[ContextChunk], *, brief: bool, language: str = "ko") -> Prompt:
+def prompt_build(
+    question: str, chunks: list[ContextChunk], *, brief: bool, language: str = "ko", keep_order: bool = False
+) -> Prompt:
+    """Instructions, the chunks in a stable order (``keep_order``: as given, for Lab 5's
+    reordering experiment), then the question."""
     language = language if language in _INSTRUCTIONS else "ko"
     labels = _LABELS[language]
     instructions = _INSTRUCTIONS[language] + (" " + _BRIEF[language] if brief else "") + "\n\n"
-    ordered = stable_order(chunks)
+    ordered = list(chunks) if keep_order else stable_order(chunks)
     if ordered:
         blocks = [f"[{labels['material']} {n}] {c.title}\n{c.text}" for n, c in enumerate(ordered, start=1)]
         context = "\n\n".join(blocks) + "\n\n"

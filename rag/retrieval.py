@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from rag import embeddings, lexical, vectorstore
+from rag import embeddings, lexical, prompting, vectorstore
 
 Mode = Literal["dense", "lexical", "hybrid"]
 CANDIDATES = 30  # how deep each list goes before fusion
@@ -34,6 +34,18 @@ class RetrievedChunk:
     lexical_score: float | None
     lexical_rank: int | None
     relevance: float  # 0..1, see relevance(); the chat's threshold applies to it
+
+    def context_chunk(self) -> prompting.ContextChunk:
+        """This chunk as the prompt builder takes it (the chat and the RAG workloads alike)."""
+        meta = self.metadata
+        return prompting.ContextChunk(
+            id=self.id,
+            text=self.text,
+            title=str(meta.get("title") or meta.get("source") or self.id),
+            source=str(meta.get("source", "")),
+            position=int(meta.get("chunk_index", 0)),
+            rank=self.rank,
+        )
 
 
 @dataclass

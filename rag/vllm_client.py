@@ -183,6 +183,18 @@ async def count_tokens(texts: list[str], *, model: str, client: httpx.AsyncClien
         raise EngineUnavailable(f"vLLM at {base_url()}: {type(exc).__name__}: {exc}") from exc
 
 
+async def reset_prefix_cache(client: httpx.AsyncClient) -> str:
+    """Empty the engine's prefix cache: "ok", or why not ("unsupported": vLLM serves
+    ``/reset_prefix_cache`` only with VLLM_SERVER_DEV_MODE=1, as the embedded engine runs)."""
+    try:
+        response = await client.post("/reset_prefix_cache", timeout=_SHORT)
+    except httpx.HTTPError as exc:
+        return f"error: {type(exc).__name__}: {exc}"
+    if response.status_code in (404, 405):
+        return "unsupported"
+    return "ok" if response.status_code == 200 else f"error: HTTP {response.status_code}"
+
+
 _chat_template: dict[tuple[str, str], bool] = {}
 
 
