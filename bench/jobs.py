@@ -219,38 +219,6 @@ async def length_sweep(config: SweepConfig, *, base_url: str, model: str, progre
     )
 
 
-CSV_COLUMNS = ["cell", "input_tokens", "output_tokens", "success", "error", "prompt_tokens", "output_tokens_got",
-               "cached_tokens", "ttft_ms", "first_chunk_ms", "e2el_ms", "decode_time_ms", "tpot_ms",
-               "server_queue_ms", "server_prefill_ms", "server_decode_ms"]  # fmt: skip
-MS_FIELDS = {
-    "ttft_ms": "ttft",
-    "first_chunk_ms": "first_chunk",
-    "e2el_ms": "e2el",
-    "decode_time_ms": "decode_time",
-    "tpot_ms": "tpot",
-    "server_queue_ms": "queue_time_server",
-    "server_prefill_ms": "prefill_time_server",
-    "server_decode_ms": "decode_time_server",
-}
-
-
-def csv_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per request of a job's results, times in ms (the page's and the command's CSV)."""
-    rows = []
-    for cell in results.get("cells", []):
-        shape = {key: cell[key] for key in ("input_tokens", "output_tokens")}
-        name = "{input_tokens}/{output_tokens}".format(**shape)
-        if "concurrency" in cell:
-            name += f" @{cell['concurrency']}"
-        for r in cell["requests"]:
-            row = {"cell": name, **shape}
-            row |= {key: r[key] for key in ("success", "prompt_tokens", "cached_tokens")}
-            row |= {"error": r["error"] or "", "output_tokens_got": r["output_tokens"]}
-            row |= {col: None if r[key] is None else round(r[key] * 1000, 3) for col, key in MS_FIELDS.items()}
-            rows.append(row)
-    return rows
-
-
 # --- Lab 3: serving under load ----------------------------------------------------------
 
 
@@ -307,9 +275,14 @@ async def load_specs(
     if config.workload == "shared_prefix":
         per_prefix = -(-config.per_level // config.prefixes)
         pairs = await shared_prefix_prompts(
-            config.prefixes, per_prefix, prefix_tokens=config.prefix_tokens, suffix_tokens=config.input_tokens,
-            seed=seed, model=model, client=http,
-        )  # fmt: skip
+            config.prefixes,
+            per_prefix,
+            prefix_tokens=config.prefix_tokens,
+            suffix_tokens=config.input_tokens,
+            seed=seed,
+            model=model,
+            client=http,
+        )
         # The level number goes first so that each level starts cold; prefixes repeat within it.
         return [runner.RequestSpec(prompt=nonce_line(seed) + p, max_tokens=out) for _, p in pairs[: config.per_level]]
     if config.workload == "rag":
@@ -425,19 +398,21 @@ def config_for(kind: str, raw: dict[str, Any], *, max_model_len: int | None = No
         config: JobConfig = SpeedConfig(repeats=repeats, seed=seed)
     elif kind == "sweep":
         config = SweepConfig(
-            repeats=repeats, seed=seed,
+            repeats=repeats,
+            seed=seed,
             input_lengths=c.integers(raw, "input_lengths", SweepConfig.input_lengths, 1, 1 << 20),
             output_lengths=c.integers(raw, "output_lengths", SweepConfig.output_lengths, 2, 1 << 16),
             fixed_output=c.integer(raw, "fixed_output", SweepConfig.fixed_output, 2, 1 << 16),
             fixed_input=c.integer(raw, "fixed_input", SweepConfig.fixed_input, 1, 1 << 20),
-        )  # fmt: skip
+        )
     elif kind == "load":
         workload = c.choice(raw, "workload", "synthetic", WORKLOADS)
         custom = c.custom_from_raw(raw)
         if workload == "custom" and not custom:
             raise configs.ConfigError("custom_file", _("사용자 작업량에는 JSONL 파일이 필요합니다"))
         config = LoadConfig(
-            repeats=repeats, seed=seed,
+            repeats=repeats,
+            seed=seed,
             mode=c.choice(raw, "mode", "concurrency", ("concurrency", "rate")),
             concurrencies=c.integers(raw, "concurrencies", LoadConfig.concurrencies, 1, 512),
             rates=c.reals(raw, "rates", LoadConfig.rates, 0.01, 1000),
@@ -452,7 +427,7 @@ def config_for(kind: str, raw: dict[str, Any], *, max_model_len: int | None = No
             top_k=c.integer(raw, "top_k", LoadConfig.top_k, 0, 10),
             chunk_size=int(c.choice(raw, "chunk_size", str(LoadConfig.chunk_size), CHUNK_CHOICES)),
             custom=custom if workload == "custom" else (),
-        )  # fmt: skip
+        )
     elif kind in jobs_rag.KINDS:
         config = jobs_rag.config_for(kind, raw, repeats=repeats, seed=seed)
     else:
@@ -506,6 +481,11 @@ async def job_measure(
     config: JobConfig, *, base_url: str, model: str, progress: Progress
 ) -> tuple[dict[str, Any], bool]:
     """Run a job of any kind; its results (with the kind's fits or summary) and whether it was cancelled."""
+    results, cancelled = await _measure(config, base_url=base_url, model=model, progress=progress)
+    return results | {"model": model}, cancelled
+
+
+async def _measure(config: JobConfig, *, base_url: str, model: str, progress: Progress) -> tuple[dict[str, Any], bool]:
     from bench import jobs_rag
 
     if isinstance(config, LoadConfig):

@@ -96,27 +96,32 @@ def config_for(kind: str, raw: dict[str, Any], *, repeats: int, seed: int) -> An
                     "chunk_sizes", _("색인된 청크 크기는 200, 500, 1000자입니다 (받은 값 %(size)d)") % {"size": size}
                 )
         return RetrievalConfig(
-            questions=c.integer(raw, "questions", RetrievalConfig.questions, 1, 20), seed=seed,
-            top_ks=c.integers(raw, "top_ks", RetrievalConfig.top_ks, 0, 10), chunk_sizes=sizes,
+            questions=c.integer(raw, "questions", RetrievalConfig.questions, 1, 20),
+            seed=seed,
+            top_ks=c.integers(raw, "top_ks", RetrievalConfig.top_ks, 0, 10),
+            chunk_sizes=sizes,
             max_tokens=c.integer(raw, "max_tokens", RetrievalConfig.max_tokens, 1, 4096),
-        )  # fmt: skip
+        )
     if kind == "prefix":
         return PrefixConfig(
-            contexts=c.integer(raw, "contexts", PrefixConfig.contexts, 1, 10), seed=seed,
+            contexts=c.integer(raw, "contexts", PrefixConfig.contexts, 1, 10),
+            seed=seed,
             top_k=c.integer(raw, "top_k", PrefixConfig.top_k, 2, 10),
             chunk_size=int(c.choice(raw, "chunk_size", str(PrefixConfig.chunk_size), chunk)),
             max_tokens=c.integer(raw, "max_tokens", PrefixConfig.max_tokens, 1, 4096),
-        )  # fmt: skip
+        )
     normal = c.integer(raw, "normal_tokens", ShortConfig.normal_tokens, 2, 4096)
     cap = c.integer(raw, "cap_tokens", ShortConfig.cap_tokens, 1, 4096)
     if cap >= normal:
         raise configs.ConfigError("cap_tokens", _("상한은 보통 답변의 max_tokens보다 작아야 합니다"))
     return ShortConfig(
-        questions=c.integer(raw, "questions", ShortConfig.questions, 1, 20), seed=seed,
-        normal_tokens=normal, cap_tokens=cap,
+        questions=c.integer(raw, "questions", ShortConfig.questions, 1, 20),
+        seed=seed,
+        normal_tokens=normal,
+        cap_tokens=cap,
         top_k=c.integer(raw, "top_k", ShortConfig.top_k, 0, 10),
         chunk_size=int(c.choice(raw, "chunk_size", str(ShortConfig.chunk_size), chunk)),
-    )  # fmt: skip
+    )
 
 
 def _median(values: list[float]) -> float | None:

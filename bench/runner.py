@@ -157,91 +157,15 @@ async def run(
     return RunResult(records=records, started=started, ended=ended, max_concurrent=peak, warmup=warm)
 
 
-def result_json(
-    result: RunResult,
-    summary: dict[str, Any],
-    *,
-    model: str,
-    shape: LoadShape,
-    backend: str = "openai",
-    extra: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+def result_json(result: RunResult, summary: dict[str, Any], *, model: str, shape: LoadShape) -> dict[str, Any]:
     """A run as vllm bench serve's --save-result --save-detailed JSON, plus our own keys."""
-    from datetime import datetime
+    from bench.exports import bench_json
 
-    ok = result.records
-    data: dict[str, Any] = {
-        "date": datetime.now().strftime("%Y%m%d-%H%M%S"),
-        "backend": backend,
-        "model_id": model,
-        "num_prompts": len(ok),
-        "request_rate": "inf" if math.isinf(shape.request_rate) else shape.request_rate,
-        "burstiness": shape.burstiness,
-        "max_concurrency": shape.concurrency,
-        **summary,
-        "input_lens": [r.prompt_tokens or 0 for r in ok],
-        "output_lens": [r.output_tokens or 0 for r in ok],
-        "ttfts": [r.ttft or 0.0 for r in ok],
-        "itls": [r.itl for r in ok],
-        "latencies": [r.e2el or 0.0 for r in ok],
-        "generated_texts": [r.generated_text for r in ok],
-        "errors": [r.error or "" for r in ok],
-        # ours
-        "first_chunk_ttfts": [r.first_chunk or 0.0 for r in ok],
-        "cached_tokens": [r.cached_tokens for r in ok],
-        "client_queue_times": [r.client_queue_time for r in ok],
-        "server_queue_times": [r.queue_time_server for r in ok],
-        "server_prefill_times": [r.prefill_time_server for r in ok],
-        "server_decode_times": [r.decode_time_server for r in ok],
-        "finish_reasons": [r.finish_reason for r in ok],
-    }
-    return data | (extra or {})
-
-
-CSV_COLUMNS = [
-    "index",
-    "success",
-    "error",
-    "prompt_tokens",
-    "output_tokens",
-    "cached_tokens",
-    "client_queue_time_ms",
-    "first_chunk_ms",
-    "ttft_ms",
-    "e2el_ms",
-    "decode_time_ms",
-    "tpot_ms",
-    "server_queue_ms",
-    "server_prefill_ms",
-    "server_decode_ms",
-    "finish_reason",
-]
-
-
-def result_csv_rows(result: RunResult) -> list[dict[str, Any]]:
-    """One row per request, times in ms."""
-
-    def ms(seconds: float | None) -> float | None:
-        return None if seconds is None else round(seconds * 1000, 3)
-
-    return [
-        {
-            "index": i,
-            "success": r.success,
-            "error": r.error or "",
-            "prompt_tokens": r.prompt_tokens,
-            "output_tokens": r.output_tokens,
-            "cached_tokens": r.cached_tokens,
-            "client_queue_time_ms": ms(r.client_queue_time),
-            "first_chunk_ms": ms(r.first_chunk),
-            "ttft_ms": ms(r.ttft),
-            "e2el_ms": ms(r.e2el),
-            "decode_time_ms": ms(r.decode_time),
-            "tpot_ms": ms(r.tpot),
-            "server_queue_ms": ms(r.queue_time_server),
-            "server_prefill_ms": ms(r.prefill_time_server),
-            "server_decode_ms": ms(r.decode_time_server),
-            "finish_reason": r.finish_reason or "",
-        }
-        for i, r in enumerate(result.records)
-    ]
+    return bench_json(
+        [r.as_dict() for r in result.records],
+        summary,
+        model=model,
+        request_rate=shape.request_rate,
+        burstiness=shape.burstiness,
+        max_concurrency=shape.concurrency,
+    )

@@ -57,9 +57,15 @@ async def synthetic_prompts(
 
 
 async def shared_prefix_prompts(
-    prefixes: int, per_prefix: int, *, prefix_tokens: int, suffix_tokens: int, seed: int, model: str,
+    prefixes: int,
+    per_prefix: int,
+    *,
+    prefix_tokens: int,
+    suffix_tokens: int,
+    seed: int,
+    model: str,
     client: httpx.AsyncClient,
-) -> list[tuple[int, str]]:  # fmt: skip
+) -> list[tuple[int, str]]:
     """``prefixes`` × ``per_prefix`` prompts: a shared token-exact opening, then a unique tail.
 
     Returned interleaved (prefix 0, 1, …, 0, 1, …) as (prefix number, prompt), so a
@@ -121,9 +127,12 @@ def rag_prompts(
         found = False
         if top_k > 0:
             result = retrieve(
-                question.question, collection=collection or CHAPTER_COLLECTION, chunk_size=chunk_size,
-                top_k=top_k, language="ko",
-            )  # fmt: skip
+                question.question,
+                collection=collection or CHAPTER_COLLECTION,
+                chunk_size=chunk_size,
+                top_k=top_k,
+                language="ko",
+            )
             retrieval_ms = result.retrieval_ms
             found = answer_rank(result, question, texts.get(question.slug, "").find(question.evidence)) is not None
             chunks = [c.context_chunk() for c in result.chunks]

@@ -192,7 +192,13 @@ async def reset_prefix_cache(client: httpx.AsyncClient) -> str:
         return f"error: {type(exc).__name__}: {exc}"
     if response.status_code in (404, 405):
         return "unsupported"
-    return "ok" if response.status_code == 200 else f"error: HTTP {response.status_code}"
+    if response.status_code != 200:
+        return f"error: HTTP {response.status_code}"
+    try:
+        success = bool(response.json().get("success", True))
+    except ValueError:
+        success = True  # older servers answer 200 with no body
+    return "ok" if success else "error: blocks still in use"
 
 
 _chat_template: dict[tuple[str, str], bool] = {}

@@ -81,7 +81,11 @@ def _handler(script: Script) -> type[BaseHTTPRequestHandler]:
                 self._json(404, {"error": "not found"})
 
         def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+            raw = self.rfile.read(int(self.headers.get("content-length") or 0))
+            if self.path not in ("/tokenize", "/v1/completions", "/v1/chat/completions"):
+                self._json(404, {"detail": "Not Found"})  # e.g. /reset_prefix_cache outside vLLM's dev mode
+                return
+            body = json.loads(raw)
             if self.path == "/tokenize":
                 if "messages" in body:
                     if script.chat_template:

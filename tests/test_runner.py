@@ -8,7 +8,7 @@ import statistics
 
 import pytest
 
-from bench import runner
+from bench import exports, runner
 from bench.metrics import summarize
 from bench.runner import LoadShape, RequestSpec
 from tests import aio, fake_vllm
@@ -85,6 +85,6 @@ def test_the_export_has_every_vllm_bench_serve_key_and_a_csv_row_per_request() -
     assert data["request_rate"] == "inf" and data["max_concurrency"] == 2 and data["completed"] == 3
     assert len(data["ttfts"]) == len(data["itls"]) == len(data["generated_texts"]) == 3
     assert data["cached_tokens"] == [16, 16, 16]
-    rows = runner.result_csv_rows(result)
-    assert len(rows) == 3 and set(rows[0]) == set(runner.CSV_COLUMNS)
+    rows = exports.records_csv_rows(result.records)
+    assert len(rows) == 3 and set(rows[0]) == set(exports.CSV_COLUMNS)
     assert not math.isnan(rows[0]["ttft_ms"])

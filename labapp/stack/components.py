@@ -204,6 +204,9 @@ def engine() -> Component:
         # start ("'function' object has no attribute 'finalize_loading'") and compiles
         # again; without AOT the regular compile cache loads: warm start 79 s, not 136 s.
         "VLLM_USE_AOT_COMPILE": "0",
+        # Lab 5 empties the prefix cache between measurements (POST /reset_prefix_cache, a
+        # dev-mode route); the embedded engine listens on 127.0.0.1 only.
+        "VLLM_SERVER_DEV_MODE": "1",
     }
     gpu = has_nvidia_gpu()
     if not gpu:

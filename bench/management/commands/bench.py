@@ -15,7 +15,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from bench import jobs
+from bench import exports, jobs
 from rag import vllm_client
 
 
@@ -90,6 +90,6 @@ class Command(BaseCommand):
             options["json"].write_text(json.dumps({"kind": "speed", "engine_url": base, "results": results}, indent=1))
         if options["csv"]:
             with options["csv"].open("w", newline="") as out:
-                writer = csv.DictWriter(out, fieldnames=jobs.CSV_COLUMNS)
+                writer = csv.DictWriter(out, fieldnames=exports.CSV_COLUMNS)
                 writer.writeheader()
-                writer.writerows(jobs.csv_rows(results))
+                writer.writerows(exports.csv_rows(results))

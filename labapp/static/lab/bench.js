@@ -1,17 +1,34 @@
-// Draws a job's chart (plotly.js from the installed package) and redraws it when htmx swaps the panel.
+// Draws a job's charts (plotly.js from the installed package) and redraws them when htmx swaps the panel.
 (function () {
   "use strict";
   function draw() {
-    const data = document.getElementById("job-chart-data");
-    const target = document.getElementById("job-chart");
-    if (!data || !target || !window.Plotly) return;
-    const figure = JSON.parse(data.textContent);
-    window.Plotly.react(target, figure.data, figure.layout, { displaylogo: false, responsive: true });
-    target.dataset.drawn = "true";
+    if (!window.Plotly) return;
+    document.querySelectorAll(".chart[data-figure]").forEach((target) => {
+      const data = document.getElementById(target.dataset.figure);
+      if (!data) return;
+      const figure = JSON.parse(data.textContent);
+      window.Plotly.react(target, figure.data, figure.layout, { displaylogo: false, responsive: true });
+      target.dataset.drawn = "true";
+    });
   }
   document.addEventListener("DOMContentLoaded", draw);
   document.body.addEventListener("htmx:afterSwap", draw);
   draw();
+})();
+// The job form shows only the settings of the chosen kind (every field keeps its value).
+(function () {
+  "use strict";
+  const form = document.getElementById("job-form");
+  if (!form) return;
+  const kind = form.querySelector("select[name=kind]");
+  function show() {
+    form.querySelectorAll("[data-kinds]").forEach((input) => {
+      const row = input.closest(".field");
+      if (row) row.hidden = !input.dataset.kinds.split(" ").includes(kind.value);
+    });
+  }
+  kind.addEventListener("change", show);
+  show();
 })();
 // Progress pushed over a websocket moves the bar at once; the panel also polls the job row
 // every few seconds, so the page stays right when the push (Redis) is down. A dropped socket

@@ -1,0 +1,179 @@
+"""Exports: ``vllm bench serve --save-result --save-detailed`` JSON (plus our keys) and CSV.
+
+Both work on requests as ``RequestRecord.as_dict()`` gives them, which is also how
+a job stores them, so a terminal run, a job's page and the command write the same files.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+from typing import Any
+
+from bench.metrics import RequestRecord, summarize
+
+CSV_COLUMNS = [
+    "cell",
+    "index",
+    "success",
+    "error",
+    "prompt_tokens",
+    "output_tokens",
+    "cached_tokens",
+    "client_queue_time_ms",
+    "first_chunk_ms",
+    "ttft_ms",
+    "e2el_ms",
+    "decode_time_ms",
+    "tpot_ms",
+    "server_queue_ms",
+    "server_prefill_ms",
+    "server_decode_ms",
+    "finish_reason",
+]
+_MS = {
+    "client_queue_time_ms": "client_queue_time",
+    "first_chunk_ms": "first_chunk",
+    "ttft_ms": "ttft",
+    "e2el_ms": "e2el",
+    "decode_time_ms": "decode_time",
+    "tpot_ms": "tpot",
+    "server_queue_ms": "queue_time_server",
+    "server_prefill_ms": "prefill_time_server",
+    "server_decode_ms": "decode_time_server",
+}
+
+
+def cell_name(cell: dict[str, Any]) -> str:
+    """How a cell is called in a CSV and in progress messages."""
+    if "chunk_size" in cell and "top_k" in cell and "cell" not in cell:
+        return f"chunk {cell['chunk_size']} / top-k {cell['top_k']}"
+    if "cell" in cell:
+        return str(cell["cell"])
+    name = "{}/{}".format(cell.get("input_tokens"), cell.get("output_tokens"))
+    if "concurrency" in cell:
+        name += f" @{cell['concurrency']}"
+    if "request_rate" in cell:
+        name += f" @{cell['request_rate']:g} req/s"
+    return name
+
+
+def csv_row(request: dict[str, Any], *, index: int, cell: str = "") -> dict[str, Any]:
+    row = {key: request.get(key) for key in ("success", "prompt_tokens", "output_tokens", "cached_tokens")}
+    row |= {"cell": cell, "index": index, "error": request.get("error") or ""}
+    row["finish_reason"] = request.get("finish_reason") or ""
+    for column, key in _MS.items():
+        value = request.get(key)
+        row[column] = None if value is None else round(value * 1000, 3)
+    return row
+
+
+def csv_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per request of a job's (or a command's) results, times in ms."""
+    return [
+        csv_row(request, index=index, cell=cell_name(cell))
+        for cell in results.get("cells", [])
+        for index, request in enumerate(cell.get("requests", []))
+    ]
+
+
+def records_csv_rows(records: list[RequestRecord]) -> list[dict[str, Any]]:
+    return [csv_row(r.as_dict(), index=i) for i, r in enumerate(records)]
+
+
+def bench_json(
+    requests: list[dict[str, Any]],
+    summary: dict[str, Any],
+    *,
+    model: str,
+    request_rate: float = math.inf,
+    burstiness: float = 1.0,
+    max_concurrency: int | None = None,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One run in the shape of vllm bench serve's saved result (with details), plus our keys."""
+    data: dict[str, Any] = {
+        "date": datetime.now().strftime("%Y%m%d-%H%M%S"),
+        "backend": "openai",
+        "model_id": model,
+        "num_prompts": len(requests),
+        "request_rate": "inf" if math.isinf(request_rate) else request_rate,
+        "burstiness": burstiness,
+        "max_concurrency": max_concurrency,
+        **summary,
+        "input_lens": [r.get("prompt_tokens") or 0 for r in requests],
+        "output_lens": [r.get("output_tokens") or 0 for r in requests],
+        "ttfts": [r.get("ttft") or 0.0 for r in requests],
+        "itls": [r.get("itl") or [] for r in requests],
+        "latencies": [r.get("e2el") or 0.0 for r in requests],
+        "generated_texts": [r.get("generated_text") or "" for r in requests],
+        "errors": [r.get("error") or "" for r in requests],
+        # ours
+        "first_chunk_ttfts": [r.get("first_chunk") or 0.0 for r in requests],
+        "cached_tokens": [r.get("cached_tokens") for r in requests],
+        "client_queue_times": [r.get("client_queue_time") for r in requests],
+        "server_queue_times": [r.get("queue_time_server") for r in requests],
+        "server_prefill_times": [r.get("prefill_time_server") for r in requests],
+        "server_decode_times": [r.get("decode_time_server") for r in requests],
+        "finish_reasons": [r.get("finish_reason") for r in requests],
+    }
+    return data | (extra or {})
+
+
+def _record(request: dict[str, Any]) -> RequestRecord:
+    """A stored request back as a record, enough for the aggregates (gaps rebuilt from ITL)."""
+    record = RequestRecord(t_send=request.get("t_send") or 0.0, success=bool(request.get("success")))
+    for key in (
+        "prompt_tokens",
+        "output_tokens",
+        "cached_tokens",
+        "queue_time_server",
+        "prefill_time_server",
+        "decode_time_server",
+        "finish_reason",
+        "error",
+        "t_scheduled",
+        "t_end",
+        "generated_text",
+    ):
+        if request.get(key) is not None:
+            setattr(record, key, request[key])
+    if request.get("ttft") is not None:
+        times = [record.t_send + request["ttft"]]
+        for gap in request.get("itl") or []:
+            times.append(times[-1] + gap)
+        if not request.get("itl") and request.get("e2el") is not None and request["e2el"] != request["ttft"]:
+            times.append(record.t_send + request["e2el"])
+        record.text_chunk_at = times
+    return record
+
+
+def job_json(job: Any, *, model: str = "") -> dict[str, Any]:
+    """A job: its row, its results, and per cell a vllm-bench-shaped run under "benchmarks"."""
+    benchmarks = []
+    for cell in job.results.get("cells", []):
+        requests = cell.get("requests", [])
+        records = [_record(r) for r in requests]
+        duration = cell.get("duration") or sum(r.e2el or 0 for r in records if r.success)
+        summary = summarize(records, duration=duration, max_concurrent_requests=cell.get("max_concurrent_requests"))
+        benchmarks.append(
+            bench_json(
+                requests,
+                summary,
+                model=model,
+                request_rate=float(cell.get("request_rate", math.inf)),
+                max_concurrency=cell.get("concurrency", 1 if job.kind != "load" else None),
+                extra={"cell": cell_name(cell)},
+            )
+        )
+    return {
+        "id": job.pk,
+        "kind": job.kind,
+        "status": job.status,
+        "error": job.error,
+        "config": job.config,
+        "engine_url": job.engine_url,
+        "created_at": job.created_at.isoformat() if job.created_at else None,
+        "results": job.results,
+        "benchmarks": benchmarks,
+    }
