@@ -91,12 +91,28 @@ def answer_browser_timing(
 
 
 def learner_speeds(user: AbstractBaseUser) -> Speeds | None:
-    """The learner's own prefill and decode speeds, median over their recent finished answers.
+    """The learner's own prefill and decode speeds: from their latest finished Lab 1 speed
+    probe on this engine, else the median over their recent finished answers.
 
-    Prefill speed counts only the prompt tokens that were not served from the
-    prefix cache. (Lab 1's measured speeds replace these once the benchmark
-    jobs exist.)
+    Prefill speed from answers counts only the prompt tokens that were not served
+    from the prefix cache.
     """
+    from bench.models import BenchJob
+
+    probe = (
+        BenchJob.objects.filter(owner_id=user.pk, kind=BenchJob.Kind.SPEED, status=BenchJob.Status.DONE)
+        .order_by("-finished_at", "-pk")
+        .values("pk", "results")
+        .first()
+    )
+    results = probe["results"] if probe else {}
+    if results.get("prefill_speed") and results.get("decode_speed"):
+        return Speeds(
+            prefill=float(results["prefill_speed"]),
+            decode=float(results["decode_speed"]),
+            basis=_("실습 1 속도 측정 #%(id)d에서 잰 내 속도") % {"id": probe["pk"]} if probe else "",
+            samples=len(results.get("cells", [])),
+        )
     prefill: list[float] = []
     decode: list[float] = []
     answers = Answer.objects.filter(conversation__owner_id=user.pk, status=Answer.Status.DONE).order_by("-pk")

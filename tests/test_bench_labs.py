@@ -161,7 +161,7 @@ def test_a_rate_sweep_labels_its_levels_and_a_custom_workload_sends_each_line(
     assert not cancelled and [c["request_rate"] for c in results["cells"]] == [20.0, 40.0]
     assert results["best_level"] == 40.0 and results["best_concurrency"] is None and results["model"] == "fake-model"
     assert all(r["t_scheduled"] is not None for c in results["cells"] for r in c["requests"])
-    raw = {"workload": "custom", "concurrencies": "1", "output_tokens": "3"}
+    raw: dict[str, Any] = {"workload": "custom", "concurrencies": "1", "output_tokens": "3"}
     raw["custom"] = [{"prompt": "one", "max_tokens": None}, {"prompt": "two", "max_tokens": 2}]
     config = jobs.config_for("load", raw)
     assert config.total_requests == 2
@@ -338,3 +338,46 @@ def test_the_compare_page_overlays_jobs_of_one_kind_and_the_json_export_has_vllm
     assert abs(first["median_ttft_ms"] - 200.0) < 1e-6 and abs(first["median_tpot_ms"] - 250.0) < 1e-6
     rows = exports.csv_rows(made[0].results)
     assert [r["cell"] for r in rows] == ["None/None @1", "None/None @2"] or len(rows) == 2
+
+
+def test_the_bench_command_takes_any_kinds_settings_and_refuses_bad_ones(
+    fake: tuple[fake_vllm.Script, str], settings: Any, tmp_path: Any
+) -> None:
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    _, url = fake
+    settings.VLLM_BASE_URL, settings.VLLM_MODEL = url, ""
+    out = StringIO()
+    call_command(
+        "bench", "load", repeats=1, set=["mode=rate", "rates=20,40", "input_tokens=8", "output_tokens=3"],
+        json=tmp_path / "l.json", csv=tmp_path / "l.csv", stdout=out,
+    )  # fmt: skip
+    assert "@20 req/s" in out.getvalue() and "highest load meeting the SLO" in out.getvalue()
+    data = json.loads((tmp_path / "l.json").read_text())
+    assert [b["request_rate"] for b in data["benchmarks"]] == [20.0, 40.0] and data["kind"] == "load"
+    assert len((tmp_path / "l.csv").read_text().strip().splitlines()) == 1 + 16
+    with pytest.raises(CommandError, match="concurrencies"):
+        call_command("bench", "load", set=["concurrencies=0"], stdout=out)
+    with pytest.raises(CommandError, match="KEY=VALUE"):
+        call_command("bench", "load", set=["concurrencies"], stdout=out)
+    (tmp_path / "bad.jsonl").write_text('{"prompt": "a"}\n{oops\n')
+    with pytest.raises(CommandError, match="2번째 줄"):
+        call_command("bench", "load", set=["workload=custom"], custom=tmp_path / "bad.jsonl", stdout=out)
+
+
+@pytest.mark.django_db
+def test_the_chats_estimator_uses_the_learners_latest_speed_probe() -> None:
+    from rag.conversations import learner_speeds
+
+    learner = User.objects.create(username="speeds")
+    assert learner_speeds(learner) is None  # no answers, no probe
+    BenchJob.objects.create(owner=learner, kind="speed", engine_url="x", status="failed", results={"prefill_speed": 1})
+    probe = BenchJob.objects.create(
+        owner=learner, kind="speed", engine_url="x", status="done",
+        results={"prefill_speed": 612.0, "decode_speed": 24.5, "cells": [{}, {}, {}, {}]},
+    )  # fmt: skip
+    speeds = learner_speeds(learner)
+    assert speeds is not None and (speeds.prefill, speeds.decode) == (612.0, 24.5)
+    assert f"#{probe.pk}" in speeds.basis

@@ -1,0 +1,92 @@
+"""Every job kind, small, through the real Celery worker against the real engine, with its charts."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from bench import services
+from bench.models import BenchJob
+from tests import harness
+
+pytestmark = pytest.mark.integration
+
+# Small settings: each kind takes a few seconds on two CPU cores (the speed probe's fixed
+# shapes run through the worker in the browser test).
+SMALL = {
+    "sweep": {"input_lengths": "32, 256", "output_lengths": "4, 12", "fixed_output": "4", "fixed_input": "32"},
+    "load": {
+        "mode": "rate", "rates": "4, 8", "workload": "shared_prefix", "prefixes": "1", "prefix_tokens": "64",
+        "input_tokens": "16", "output_tokens": "4", "slo_ttft_ms": "60000", "slo_tpot_ms": "10000",
+    },
+    "retrieval": {"questions": "1", "top_ks": "1, 4", "chunk_sizes": "200, 1000", "max_tokens": "4"},
+    "prefix": {"contexts": "1", "top_k": "4", "chunk_size": "500", "max_tokens": "4"},
+    "short": {"questions": "1", "normal_tokens": "40", "cap_tokens": "6", "top_k": "1", "chunk_size": "200"},
+}  # fmt: skip
+
+
+def _figure(page: str, data_id: str) -> dict[str, object]:
+    marker = f'id="{data_id}" type="application/json">'
+    assert marker in page, f"no {data_id} on the page"
+    return dict(json.loads(page.split(marker)[1].split("</script>")[0]))
+
+
+def test_each_job_kind_runs_on_the_worker_and_draws_its_charts(
+    engine: str, chapter_indexed: None, celery_worker: harness.Service, shared_database: None
+) -> None:
+    owner, _ = User.objects.get_or_create(username="labs-integration")
+    made = {kind: services.job_create(owner=owner, kind=kind, config=config) for kind, config in SMALL.items()}
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        states = {kind: BenchJob.objects.get(pk=job.pk) for kind, job in made.items()}
+        if all(not job.active for job in states.values()):
+            break
+        time.sleep(1)
+    else:
+        raise AssertionError(f"jobs still active: {[(k, j.status, j.current_cell) for k, j in states.items()]}")
+    failed = {kind: job.error for kind, job in states.items() if job.status != BenchJob.Status.DONE}
+    assert not failed, (failed, celery_worker.log_tail())
+    client = Client()
+    client.force_login(owner)
+    for kind, job in states.items():
+        assert job.done_requests == job.total_requests > 0, kind
+        page = client.get(f"/bench/{job.pk}/").content.decode()
+        chart = _figure(page, "job-chart-data")
+        assert chart["data"], kind
+        timeline = _figure(page, "job-timeline-data")
+        assert len(timeline["data"]) == 4, kind  # type: ignore[arg-type]
+
+    load = states["load"].results
+    assert [c["request_rate"] for c in load["cells"]] == [4.0, 8.0]
+    assert all(c["completed"] == 8 for c in load["cells"])
+    # One shared opening per level: after its first request the engine reuses the cached blocks.
+    assert any(r["cached_tokens"] >= 48 for c in load["cells"] for r in c["requests"])
+
+    retrieval = {(c["chunk_size"], c["top_k"]): c for c in states["retrieval"].results["cells"]}
+    assert retrieval[(1000, 4)]["median_context_tokens"] > retrieval[(200, 1)]["median_context_tokens"] > 0
+    assert retrieval[(1000, 4)]["median_prompt_tokens"] > retrieval[(200, 1)]["median_prompt_tokens"]
+    assert all(c["median_cached_tokens"] == 0 for c in retrieval.values())  # a unique first line each
+
+    prefix = states["prefix"].results
+    cells = {c["cell"]: c for c in prefix["cells"]}
+    assert prefix["cache_reset"] == "ok"  # the embedded engine runs with VLLM_SERVER_DEV_MODE
+    assert cells["cold"]["median_cached_tokens"] == 0
+    assert cells["warm"]["hit_rate"] > 0.8  # the same prompt again: nearly all of it from the cache
+    assert 0 < cells["other_question"]["median_cached_tokens"] <= cells["warm"]["median_cached_tokens"]
+    assert cells["reordered"]["median_cached_tokens"] < cells["other_question"]["median_cached_tokens"]
+
+    short = {c["cell"]: c for c in states["short"].results["cells"]}
+    assert short["cap"]["median_output_tokens"] <= 6 and short["brief_cap"]["median_output_tokens"] <= 6
+    assert short["normal"]["max_tokens"] == 40
+
+    sweep = states["sweep"].results["fits"]
+    assert sweep["ttft_vs_input"]["slope"] > 0 and sweep["decode_vs_output"]["slope"] > 0
+
+    compare = client.get("/bench/compare/", {"ids": [states["retrieval"].pk, states["retrieval"].pk]})
+    assert compare.status_code == 400  # one job is not a comparison
+    export = client.get(f"/bench/{states['load'].pk}/export.json").json()
+    assert export["benchmarks"][0]["completed"] == 8 and export["benchmarks"][0]["request_rate"] == 4.0
