@@ -6,15 +6,21 @@ from celery import shared_task
 
 from bench import services
 
-JOB_TIME_LIMIT_S = 3600
+# Last resort only: the job itself stops at JOB_TIME_LIMIT_S (results kept) and cuts a hung request off after the grace.
+SOFT_TIME_LIMIT_S = services.JOB_TIME_LIMIT_S + services.HARD_LIMIT_GRACE_S + 60
 
 
-@shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=None, soft_time_limit=JOB_TIME_LIMIT_S)
+@shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=None, soft_time_limit=SOFT_TIME_LIMIT_S)
 def job_run(self, job_id: int) -> str:  # type: ignore[no-untyped-def]
     from bench.models import BenchJob
 
+    job = BenchJob.objects.filter(pk=job_id).first()
+    if job is None:
+        return "missing"
+    if job.status in services.FINISHED:
+        return str(job.status)  # a redelivered task for a finished job does nothing, and waits for no lock
     try:
-        with services.engine_lock(BenchJob.objects.get(pk=job_id).engine_url, hold_s=JOB_TIME_LIMIT_S + 60):
-            return str(services.job_execute(job_id=job_id).status)
-    except services.EngineBusy:
+        with services.engine_lock(job.engine_url) as lease:
+            return str(services.job_execute(job_id=job_id, lease=lease).status)
+    except services.EngineBusy:  # another job on this engine, or this one still running in another worker
         raise self.retry(countdown=3) from None  # its turn comes; the page shows its queue position

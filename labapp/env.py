@@ -55,6 +55,9 @@ VARIABLES: dict[str, Variable] = {
         Variable(
             "CHAT_TIMEOUT_S", "120", "chat: seconds to wait for vLLM (connect, each streamed chunk) before failing"
         ),
+        Variable(
+            "BENCH_STALE_S", "90", "benchmark jobs: a running job silent this long (its worker lost) is marked failed"
+        ),
         Variable("WEB_HOST", "127.0.0.1", "address Daphne listens on (0.0.0.0 for a class server)"),
         Variable("WEB_PORT", "8000", "port of the Daphne web server"),
         Variable("REDIS_PORT", "6399", "port of the embedded redis-server"),

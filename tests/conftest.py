@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.conf import settings
@@ -78,6 +79,28 @@ def migrated_database() -> None:
     """The file database that the harness's web and worker processes share."""
     subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, check=True)
     subprocess.run([sys.executable, "manage.py", "load_chapter"], cwd=ROOT, check=True, capture_output=True)
+
+
+@pytest.fixture
+def shared_database(migrated_database: None, django_db_blocker: Any) -> Iterator[None]:
+    """This process's default connection on the file database the worker and web server use.
+
+    pytest-django's test database lives only in this process (SQLite in memory); a test
+    whose rows a worker or web process must see uses this for its length.
+    """
+    from django.db import connections
+
+    from labapp.settings import _database
+
+    original = connections["default"]
+    shared = original.__class__({**original.settings_dict, "NAME": _database()["NAME"]}, alias="default")
+    connections["default"] = shared
+    try:
+        with django_db_blocker.unblock():
+            yield
+    finally:
+        shared.close()
+        connections["default"] = original
 
 
 @pytest.fixture(scope="session")

@@ -66,24 +66,6 @@ REVISED = """# 사내 규정 안내 (개정)
 
 
 @pytest.fixture
-def shared_database(migrated_database: None, django_db_blocker: Any) -> Iterator[None]:
-    """This process's default connection on the file database the worker and web server use."""
-    from django.db import connections
-
-    from labapp.settings import _database
-
-    original = connections["default"]
-    shared = original.__class__({**original.settings_dict, "NAME": _database()["NAME"]}, alias="default")
-    connections["default"] = shared
-    try:
-        with django_db_blocker.unblock():
-            yield
-    finally:
-        shared.close()
-        connections["default"] = original
-
-
-@pytest.fixture
 def owner(shared_database: None) -> Iterator[User]:
     user = User.objects.create_user(username=f"docs-{uuid.uuid4().hex[:8]}")
     yield user
