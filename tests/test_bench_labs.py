@@ -381,3 +381,18 @@ def test_the_chats_estimator_uses_the_learners_latest_speed_probe() -> None:
     speeds = learner_speeds(learner)
     assert speeds is not None and (speeds.prefill, speeds.decode) == (612.0, 24.5)
     assert f"#{probe.pk}" in speeds.basis
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("kind", ["speed", "sweep", "load", "retrieval", "prefix", "short"])
+def test_each_kinds_results_render_on_its_page(kind: str) -> None:
+    owner = User.objects.create(username=f"render-{kind}")
+    client = Client()
+    client.force_login(owner)
+    job = BenchJob.objects.create(owner=owner, kind=kind, engine_url="x", status="done", results=_results(kind))
+    page = client.get(f"/bench/{job.pk}/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert 'id="job-chart-data"' in html and 'id="job-timeline-data"' in html and "export.csv" in html
+    listing = client.get("/bench/").content.decode()
+    assert f'name="ids" value="{job.pk}"' in listing

@@ -113,6 +113,17 @@ def test_a_learner_starts_a_speed_probe_watches_the_progress_bar_and_sees_the_ch
 ) -> None:
     page = browser.new_page(viewport={"width": 1300, "height": 1000})  # type: ignore[attr-defined]
     page.goto(f"{full_stack}/bench/")
+    # The form shows the chosen kind's settings; a bad one comes back at its field.
+    assert not page.is_visible("input[name=concurrencies]")
+    page.select_option("select[name=kind]", "load")
+    assert page.is_visible("input[name=concurrencies]") and not page.is_visible("input[name=top_ks]")
+    page.fill("input[name=concurrencies]", "1, 0")
+    page.click("#start-speed")
+    page.wait_for_selector("[data-error-for=concurrencies]")
+    assert page.is_visible("input[name=concurrencies]")  # still on the load settings, value kept
+    assert page.input_value("input[name=concurrencies]") == "1, 0"
+    page.fill("input[name=concurrencies]", "")
+    page.select_option("select[name=kind]", "speed")
     page.fill("input[name=repeats]", "1")
     page.click("#start-speed")
     page.wait_for_selector("#job-state")
@@ -132,6 +143,7 @@ def test_a_learner_starts_a_speed_probe_watches_the_progress_bar_and_sees_the_ch
     assert pushed, "no progress arrived over the job's websocket"
     page.wait_for_selector("#job-chart[data-drawn=true]", timeout=10_000)
     assert page.locator("#job-chart .main-svg").count() >= 1
+    page.wait_for_selector("#job-timeline[data-drawn=true]", timeout=10_000)
     assert float(page.locator("#prefill-speed").inner_text().replace(",", "")) > 0
     assert float(page.locator("#decode-speed").inner_text().replace(",", "")) > 0
     ARTIFACTS.mkdir(exist_ok=True)
