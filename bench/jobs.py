@@ -6,8 +6,9 @@ returns False the job stops and returns what it measured so far.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,6 +116,19 @@ class Cell:
         return f"{self.input_tokens} in / {self.output_tokens} out{extra}"
 
 
+@contextlib.contextmanager
+def keeps_partial(build: Callable[[], dict[str, Any]]) -> Iterator[None]:
+    """If the block raises, the exception carries what was measured so far as
+    ``partial_results`` (the job then fails with its reason and keeps those cells)."""
+    try:
+        yield
+    except Exception as exc:
+        if not hasattr(exc, "partial_results"):
+            with contextlib.suppress(Exception):
+                exc.partial_results = build()  # type: ignore[attr-defined]
+        raise
+
+
 async def _warm_up(*, base_url: str, model: str, seed: int) -> None:
     """One short request, not measured: the first request after a quiet engine is slow."""
     warm = runner.RequestSpec(prompt=f"warm-up {seed}", max_tokens=4)
@@ -128,30 +142,31 @@ async def measure_cells(
     result = SpeedResult()
     total = repeats * len(cells)
     done = 0
-    async with httpx.AsyncClient(base_url=base_url, timeout=60) as http:
-        await _warm_up(base_url=base_url, model=model, seed=seed)
-        for number, cell in enumerate(cells):
-            if not await progress(done, total, cell.label):
-                result.cancelled = True
-                return result
-            prompts = await synthetic_prompts(
-                repeats, cell.input_tokens, seed=seed * 100 + number, model=model, client=http
-            )
-            records: list[RequestRecord] = []
-            async with server_metrics.watched(http) as server:
-                for prompt in prompts:
-                    spec = runner.RequestSpec(prompt=prompt, max_tokens=cell.output_tokens)
-                    shape = runner.LoadShape(concurrency=1)
-                    run = await runner.run([spec], base_url=base_url, model=model, shape=shape)
-                    records += run.records
-                    done += 1
-                    if not await progress(done, total, cell.label):
-                        result.cancelled = True
-                        break
-            summary = cell_summary(cell.input_tokens, cell.output_tokens, records)
-            result.cells.append(summary | dict(cell.tags) | {"server": server})
-            if result.cancelled:
-                return result
+    with keeps_partial(lambda: result.as_dict()):
+        async with httpx.AsyncClient(base_url=base_url, timeout=60) as http:
+            await _warm_up(base_url=base_url, model=model, seed=seed)
+            for number, cell in enumerate(cells):
+                if not await progress(done, total, cell.label):
+                    result.cancelled = True
+                    return result
+                prompts = await synthetic_prompts(
+                    repeats, cell.input_tokens, seed=seed * 100 + number, model=model, client=http
+                )
+                records: list[RequestRecord] = []
+                async with server_metrics.watched(http) as server:
+                    for prompt in prompts:
+                        spec = runner.RequestSpec(prompt=prompt, max_tokens=cell.output_tokens)
+                        shape = runner.LoadShape(concurrency=1)
+                        run = await runner.run([spec], base_url=base_url, model=model, shape=shape)
+                        records += run.records
+                        done += 1
+                        if not await progress(done, total, cell.label):
+                            result.cancelled = True
+                            break
+                summary = cell_summary(cell.input_tokens, cell.output_tokens, records)
+                result.cells.append(summary | dict(cell.tags) | {"server": server})
+                if result.cancelled:
+                    return result
     return result
 
 
@@ -306,44 +321,47 @@ async def load_sweep(config: LoadConfig, *, base_url: str, model: str, progress:
     result = SpeedResult()
     slo = SLO(ttft_ms=config.slo_ttft_ms, tpot_ms=config.slo_tpot_ms)
     done = 0
-    async with httpx.AsyncClient(base_url=base_url, timeout=60) as http:
-        await _warm_up(base_url=base_url, model=model, seed=config.seed)
-        for number, level in enumerate(config.levels):
-            label = config.level_label(level)
-            if not await progress(done, config.total_requests, label):
-                result.cancelled = True
-                return result
-            specs = await load_specs(config, number, model=model, http=http)
-            base_done = done
+    with keeps_partial(lambda: {"cells": result.cells, "cancelled": False} | load_summary(result.cells, config)):
+        async with httpx.AsyncClient(base_url=base_url, timeout=60) as http:
+            await _warm_up(base_url=base_url, model=model, seed=config.seed)
+            for number, level in enumerate(config.levels):
+                label = config.level_label(level)
+                if not await progress(done, config.total_requests, label):
+                    result.cancelled = True
+                    return result
+                specs = await load_specs(config, number, model=model, http=http)
+                base_done = done
 
-            async def on_done(
-                finished: int, total: int, record: RequestRecord, base_done: int = base_done, label: str = label
-            ) -> None:
-                await progress(base_done + finished, config.total_requests, label)
+                async def on_done(
+                    finished: int, total: int, record: RequestRecord, base_done: int = base_done, label: str = label
+                ) -> None:
+                    await progress(base_done + finished, config.total_requests, label)
 
-            async with server_metrics.watched(http) as server:
-                run = await runner.run(
-                    specs, base_url=base_url, model=model, shape=config.shape(level, number), on_done=on_done
+                async with server_metrics.watched(http) as server:
+                    run = await runner.run(
+                        specs, base_url=base_url, model=model, shape=config.shape(level, number), on_done=on_done
+                    )
+                done += len(specs)
+                summary = summarize(
+                    run.records, duration=run.duration, slo=slo, max_concurrent_requests=run.max_concurrent
                 )
-            done += len(specs)
-            summary = summarize(run.records, duration=run.duration, slo=slo, max_concurrent_requests=run.max_concurrent)
-            cell = {key: summary[key] for key in LEVEL_KEYS} | {
-                "level": level,
-                "load_mode": config.mode,
-                "workload": config.workload,
-                "input_tokens": config.input_tokens,
-                "output_tokens": config.output_tokens,
-                "errors": [r.error for r in run.records if r.error],
-                "server": server,
-                "run_started": run.started,
-                "requests": [request_row(r) for r in run.records],
-            }
-            cell |= {"concurrency": int(level)} if config.mode == "concurrency" else {"request_rate": level}
-            cell["meets_slo"] = bool(
-                summary["request_throughput"]
-                and summary["request_goodput"] >= config.meets_share * summary["request_throughput"]
-            )
-            result.cells.append(cell)
+                cell = {key: summary[key] for key in LEVEL_KEYS} | {
+                    "level": level,
+                    "load_mode": config.mode,
+                    "workload": config.workload,
+                    "input_tokens": config.input_tokens,
+                    "output_tokens": config.output_tokens,
+                    "errors": [r.error for r in run.records if r.error],
+                    "server": server,
+                    "run_started": run.started,
+                    "requests": [request_row(r) for r in run.records],
+                }
+                cell |= {"concurrency": int(level)} if config.mode == "concurrency" else {"request_rate": level}
+                cell["meets_slo"] = bool(
+                    summary["request_throughput"]
+                    and summary["request_goodput"] >= config.meets_share * summary["request_throughput"]
+                )
+                result.cells.append(cell)
     return result
 
 

@@ -23,6 +23,7 @@ from asgiref.sync import sync_to_async
 from django.utils.translation import gettext as _
 
 from bench import configs, runner, server_metrics
+from bench.jobs import keeps_partial
 from bench.metrics import RequestRecord
 from bench.workloads import RagPrompt, answer_coverage, nonce_line, rag_prompts, rag_questions
 from rag import prompting, vllm_client
@@ -197,48 +198,53 @@ async def _warm(base_url: str, model: str, seed: int) -> None:
 async def retrieval_sweep(config: RetrievalConfig, *, base_url: str, model: str, progress: Any) -> dict[str, Any]:
     questions = await sync_to_async(rag_questions)(config.questions, seed=config.seed)
     cells: list[dict[str, Any]] = []
-    async with httpx.AsyncClient(base_url=base_url, timeout=60) as http:
-        session = _Session(base_url=base_url, model=model, total=config.total_requests, progress=progress, http=http)
-        await _warm(base_url, model, config.seed)
-        bare = await _prompts(questions, top_k=0, chunk_size=CHUNK_SIZES[0])  # the same prompts without material
-        for size in config.chunk_sizes:
-            for top_k in config.top_ks:
-                label = f"chunk {size} / top-k {top_k}"
-                if not await session.start_cell(label):
-                    return {"cells": cells, "cancelled": True}
-                prompts = await _prompts(questions, top_k=top_k, chunk_size=size)
-                records: list[RequestRecord] = []
-                answers = []
-                context_tokens: list[float] = []
-                for number, prompt in enumerate(prompts):
-                    nonce = nonce_line(config.seed, size, top_k, number)
-                    spec = runner.RequestSpec(
-                        prompt=nonce + prompt.text, max_tokens=config.max_tokens, ignore_eos=False, stop=prompt.stop
+    with keeps_partial(lambda: {"cells": cells, "cancelled": False, "fits": retrieval_fits(cells)}):
+        async with httpx.AsyncClient(base_url=base_url, timeout=60) as http:
+            session = _Session(
+                base_url=base_url, model=model, total=config.total_requests, progress=progress, http=http
+            )
+            await _warm(base_url, model, config.seed)
+            bare = await _prompts(questions, top_k=0, chunk_size=CHUNK_SIZES[0])  # the same prompts without material
+            for size in config.chunk_sizes:
+                for top_k in config.top_ks:
+                    label = f"chunk {size} / top-k {top_k}"
+                    if not await session.start_cell(label):
+                        return {"cells": cells, "cancelled": True}
+                    prompts = await _prompts(questions, top_k=top_k, chunk_size=size)
+                    records: list[RequestRecord] = []
+                    answers = []
+                    context_tokens: list[float] = []
+                    for number, prompt in enumerate(prompts):
+                        nonce = nonce_line(config.seed, size, top_k, number)
+                        spec = runner.RequestSpec(
+                            prompt=nonce + prompt.text, max_tokens=config.max_tokens, ignore_eos=False, stop=prompt.stop
+                        )
+                        record, _server = await session.send(spec, label)
+                        records.append(record)
+                        if record.prompt_tokens is not None:
+                            # Retrieved tokens: this prompt minus the same prompt with no material.
+                            (zero,) = await vllm_client.count_tokens(
+                                [nonce + bare[number].text], model=model, client=http
+                            )
+                            context_tokens.append(max(0, record.prompt_tokens - zero))
+                        answers.append(_answer(prompt, record))
+                        if session.cancelled:
+                            break
+                    cells.append(
+                        cell_of(
+                            records,
+                            chunk_size=size,
+                            top_k=top_k,
+                            answers=answers,
+                            median_retrieval_ms=_median([p.retrieval_ms for p in prompts]),
+                            median_context_tokens=_median(context_tokens),
+                            median_context_chars=_median([float(p.context_chars) for p in prompts]),
+                            evidence_retrieved=_share([p.evidence_retrieved for p in prompts]),
+                            answer_coverage=_median([a["coverage"] for a in answers]),
+                        )
                     )
-                    record, _server = await session.send(spec, label)
-                    records.append(record)
-                    if record.prompt_tokens is not None:
-                        # Retrieved tokens: this prompt minus the same prompt with no material.
-                        (zero,) = await vllm_client.count_tokens([nonce + bare[number].text], model=model, client=http)
-                        context_tokens.append(max(0, record.prompt_tokens - zero))
-                    answers.append(_answer(prompt, record))
                     if session.cancelled:
-                        break
-                cells.append(
-                    cell_of(
-                        records,
-                        chunk_size=size,
-                        top_k=top_k,
-                        answers=answers,
-                        median_retrieval_ms=_median([p.retrieval_ms for p in prompts]),
-                        median_context_tokens=_median(context_tokens),
-                        median_context_chars=_median([float(p.context_chars) for p in prompts]),
-                        evidence_retrieved=_share([p.evidence_retrieved for p in prompts]),
-                        answer_coverage=_median([a["coverage"] for a in answers]),
-                    )
-                )
-                if session.cancelled:
-                    return {"cells": cells, "cancelled": True}
+                        return {"cells": cells, "cancelled": True}
     return {"cells": cells, "cancelled": False, "fits": retrieval_fits(cells)}
 
 
@@ -279,33 +285,42 @@ async def prefix_cache(config: PrefixConfig, *, base_url: str, model: str, progr
     by_cell: dict[str, list[tuple[RequestRecord, dict[str, Any]]]] = {name: [] for name in PREFIX_CELLS}
     resets: list[str] = []
     cancelled = False
-    async with httpx.AsyncClient(base_url=base_url, timeout=60) as http:
-        session = _Session(base_url=base_url, model=model, total=config.total_requests, progress=progress, http=http)
-        await _warm(base_url, model, config.seed)
-        prompts = await _prompts(firsts, top_k=config.top_k, chunk_size=config.chunk_size)
-        for number, (prompt, other) in enumerate(zip(prompts, others or firsts, strict=False)):
-            if not await session.start_cell(f"context {number + 1}"):
-                cancelled = True
-                break
-            resets.append(await vllm_client.reset_prefix_cache(http))
-            nonce = nonce_line(config.seed, number)
-            chunks = list(prompt.context)
-            texts = {
-                "cold": prompt.text,
-                "warm": prompt.text,
-                "other_question": prompting.prompt_build(other.question, chunks, brief=False).text,
-                "reordered": prompting.prompt_build(
-                    prompt.question, list(reversed(chunks)), brief=False, keep_order=True
-                ).text,
-            }
-            for name in PREFIX_CELLS:
-                spec = runner.RequestSpec(prompt=nonce + texts[name], max_tokens=config.max_tokens)
-                by_cell[name].append(await session.send(spec, f"context {number + 1}: {name}"))
-                if session.cancelled:
+    with keeps_partial(lambda: {"cells": prefix_cells(by_cell), "cancelled": False}):
+        async with httpx.AsyncClient(base_url=base_url, timeout=60) as http:
+            session = _Session(
+                base_url=base_url, model=model, total=config.total_requests, progress=progress, http=http
+            )
+            await _warm(base_url, model, config.seed)
+            prompts = await _prompts(firsts, top_k=config.top_k, chunk_size=config.chunk_size)
+            for number, (prompt, other) in enumerate(zip(prompts, others or firsts, strict=False)):
+                if not await session.start_cell(f"context {number + 1}"):
+                    cancelled = True
                     break
-            if session.cancelled:
-                cancelled = True
-                break
+                resets.append(await vllm_client.reset_prefix_cache(http))
+                nonce = nonce_line(config.seed, number)
+                chunks = list(prompt.context)
+                texts = {
+                    "cold": prompt.text,
+                    "warm": prompt.text,
+                    "other_question": prompting.prompt_build(other.question, chunks, brief=False).text,
+                    "reordered": prompting.prompt_build(
+                        prompt.question, list(reversed(chunks)), brief=False, keep_order=True
+                    ).text,
+                }
+                for name in PREFIX_CELLS:
+                    spec = runner.RequestSpec(prompt=nonce + texts[name], max_tokens=config.max_tokens)
+                    by_cell[name].append(await session.send(spec, f"context {number + 1}: {name}"))
+                    if session.cancelled:
+                        break
+                if session.cancelled:
+                    cancelled = True
+                    break
+    cells = prefix_cells(by_cell)
+    reset = "ok" if resets and all(r == "ok" for r in resets) else (resets[0] if resets else None)
+    return {"cells": cells, "cancelled": cancelled, "cache_reset": reset} | prefix_summary(cells)
+
+
+def prefix_cells(by_cell: dict[str, list[tuple[RequestRecord, dict[str, Any]]]]) -> list[dict[str, Any]]:
     cells = []
     for name, measured in by_cell.items():
         if not measured:
@@ -316,8 +331,7 @@ async def prefix_cache(config: PrefixConfig, *, base_url: str, model: str, progr
         cached_total = sum(r.cached_tokens or 0 for r in records if r.success)
         cell["hit_rate"] = cached_total / prompt_total if prompt_total else None
         cells.append(cell)
-    reset = "ok" if resets and all(r == "ok" for r in resets) else (resets[0] if resets else None)
-    return {"cells": cells, "cancelled": cancelled, "cache_reset": reset} | prefix_summary(cells)
+    return cells
 
 
 def prefix_summary(cells: list[dict[str, Any]]) -> dict[str, Any]:
@@ -339,29 +353,39 @@ async def short_answers(config: ShortConfig, *, base_url: str, model: str, progr
     }
     measured: dict[str, list[tuple[RequestRecord, dict[str, Any]]]] = {name: [] for name in SHORT_CELLS}
     cancelled = False
-    async with httpx.AsyncClient(base_url=base_url, timeout=60) as http:
-        session = _Session(base_url=base_url, model=model, total=config.total_requests, progress=progress, http=http)
-        await _warm(base_url, model, config.seed)
-        plain = await _prompts(questions, top_k=config.top_k, chunk_size=config.chunk_size)
-        brief = await _prompts(questions, top_k=config.top_k, chunk_size=config.chunk_size, brief=True)
-        for number, question in enumerate(questions):
-            if not await session.start_cell(f"question {number + 1}"):
-                cancelled = True
-                break
-            for name in SHORT_CELLS:
-                is_brief, limit = variants[name]
-                prompt = (brief if is_brief else plain)[number]
-                nonce = nonce_line(config.seed, number, name)
-                spec = runner.RequestSpec(
-                    prompt=nonce + prompt.text, max_tokens=limit, ignore_eos=False, stop=prompt.stop
-                )
-                record, _server = await session.send(spec, f"question {number + 1}: {name}")
-                measured[name].append((record, _answer(prompt, record) | {"id": question.id}))
-                if session.cancelled:
+    with keeps_partial(lambda: {"cells": short_cells(measured, variants), "cancelled": False}):
+        async with httpx.AsyncClient(base_url=base_url, timeout=60) as http:
+            session = _Session(
+                base_url=base_url, model=model, total=config.total_requests, progress=progress, http=http
+            )
+            await _warm(base_url, model, config.seed)
+            plain = await _prompts(questions, top_k=config.top_k, chunk_size=config.chunk_size)
+            brief = await _prompts(questions, top_k=config.top_k, chunk_size=config.chunk_size, brief=True)
+            for number, question in enumerate(questions):
+                if not await session.start_cell(f"question {number + 1}"):
+                    cancelled = True
                     break
-            if session.cancelled:
-                cancelled = True
-                break
+                for name in SHORT_CELLS:
+                    is_brief, limit = variants[name]
+                    prompt = (brief if is_brief else plain)[number]
+                    nonce = nonce_line(config.seed, number, name)
+                    spec = runner.RequestSpec(
+                        prompt=nonce + prompt.text, max_tokens=limit, ignore_eos=False, stop=prompt.stop
+                    )
+                    record, _server = await session.send(spec, f"question {number + 1}: {name}")
+                    measured[name].append((record, _answer(prompt, record) | {"id": question.id}))
+                    if session.cancelled:
+                        break
+                if session.cancelled:
+                    cancelled = True
+                    break
+    cells = short_cells(measured, variants)
+    return {"cells": cells, "cancelled": cancelled} | short_summary(cells)
+
+
+def short_cells(
+    measured: dict[str, list[tuple[RequestRecord, dict[str, Any]]]], variants: dict[str, tuple[bool, int]]
+) -> list[dict[str, Any]]:
     cells = []
     for name in SHORT_CELLS:
         if not measured[name]:
@@ -379,7 +403,7 @@ async def short_answers(config: ShortConfig, *, base_url: str, model: str, progr
                 capped=sum(1 for a in answers if a["finish_reason"] == "length"),
             )
         )
-    return {"cells": cells, "cancelled": cancelled} | short_summary(cells)
+    return cells
 
 
 def short_summary(cells: list[dict[str, Any]]) -> dict[str, Any]:

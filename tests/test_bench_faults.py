@@ -119,6 +119,9 @@ def test_an_engine_that_goes_away_mid_run_fails_the_job_naming_the_connection_er
     assert job.status == BenchJob.Status.FAILED and job.finished_at is not None
     assert "Connect" in job.error or "connect" in job.error, job.error
     assert job.done_requests >= 2  # progress up to the failure stays on the row
+    # The cells measured before the engine went away are kept on the failed job.
+    kept = [c for c in job.results["cells"] if c["completed"]]
+    assert kept and sum(c["completed"] for c in kept) >= 2, job.results
 
 
 @pytest.mark.django_db
