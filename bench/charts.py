@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 Runs = list[tuple[str, dict[str, Any]]]
+Series = list[tuple[str, str]]
 LAYOUT = {"height": 400, "margin": {"t": 40, "l": 55, "r": 20, "b": 45}}
 
 
@@ -84,6 +85,14 @@ def lengths(runs: Runs) -> dict[str, Any]:
     figure.update_xaxes(title_text="output tokens", row=1, col=2)
     figure.update_yaxes(title_text="ms")
     return _done(figure)
+
+
+LATENCY_SERIES = (
+    ("median_ttft_ms", "TTFT p50"),
+    ("p99_ttft_ms", "TTFT p99"),
+    ("median_tpot_ms", "TPOT p50"),
+    ("p99_tpot_ms", "TPOT p99"),
+)
 
 
 def load(runs: Runs) -> dict[str, Any]:
@@ -165,35 +174,40 @@ def retrieval(runs: Runs) -> dict[str, Any]:
     return _done(figure)
 
 
-def prefix(runs: Runs) -> dict[str, Any]:
-    """Lab 5: cold vs warm bars of TTFT, and the cached share of the prompt."""
+def _bars(runs: Runs, titles: tuple[str, str], panels: tuple[Series, Series]) -> dict[str, Any]:
+    """Grouped bars per case ("cell"), one panel per list of (key, series name)."""
     import plotly.graph_objects as go
 
-    figure = _figure(("median TTFT (ms)", "cached tokens / prompt tokens"))
+    figure = _figure(titles)
     for run, results in runs:
         cells = _cells(results)
         names = [c["cell"] for c in cells]
-        figure.add_trace(go.Bar(x=names, y=[c["median_ttft_ms"] for c in cells], name=_name(run, "TTFT", runs)), 1, 1)
-        figure.add_trace(go.Bar(x=names, y=[c.get("hit_rate") for c in cells], name=_name(run, "hit rate", runs)), 1, 2)
-    figure.update_yaxes(range=[0, 1], row=1, col=2)
+        for column, series in enumerate(panels, start=1):
+            for key, label in series:
+                bar = go.Bar(x=names, y=[c.get(key) for c in cells], name=_name(run, label, runs))
+                figure.add_trace(bar, 1, column)
+    figure.update_layout(barmode="group")
     return _done(figure)
+
+
+def prefix(runs: Runs) -> dict[str, Any]:
+    """Lab 5: cold vs warm bars of TTFT, and the cached share of the prompt."""
+    figure = _bars(
+        runs,
+        ("median TTFT (ms)", "cached tokens / prompt tokens"),
+        ([("median_ttft_ms", "TTFT")], [("hit_rate", "hit rate")]),
+    )
+    figure["layout"]["yaxis2"]["range"] = [0, 1]
+    return figure
 
 
 def short(runs: Runs) -> dict[str, Any]:
     """Lab 6: output tokens and time per variant (normal, brief, capped, both)."""
-    import plotly.graph_objects as go
-
-    figure = _figure(("median output tokens", "median time (ms)"))
-    for run, results in runs:
-        cells = _cells(results)
-        names = [c["cell"] for c in cells]
-        figure.add_trace(
-            go.Bar(x=names, y=[c["median_output_tokens"] for c in cells], name=_name(run, "output tokens", runs)), 1, 1
-        )
-        for key, series in (("median_ttft_ms", "TTFT"), ("median_decode_ms", "decode")):
-            figure.add_trace(go.Bar(x=names, y=[c[key] for c in cells], name=_name(run, series, runs)), 1, 2)
-    figure.update_layout(barmode="group")
-    return _done(figure)
+    return _bars(
+        runs,
+        ("median output tokens", "median time (ms)"),
+        ([("median_output_tokens", "output tokens")], [("median_ttft_ms", "TTFT"), ("median_decode_ms", "decode")]),
+    )
 
 
 def timeline(results: dict[str, Any]) -> dict[str, Any] | None:

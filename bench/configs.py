@@ -10,11 +10,9 @@ import json
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from django.utils.translation import gettext as _
-
-N = TypeVar("N", int, float)
 
 
 class ConfigError(ValueError):
@@ -78,41 +76,39 @@ def _items(raw: dict[str, Any], field: str) -> list[Any] | None:
     raise ConfigError(field, _("쉼표로 구분한 숫자 목록이어야 합니다"))
 
 
-def integers(
-    raw: dict[str, Any], field: str, default: tuple[int, ...], low: int, high: int, *, most: int = 12
-) -> tuple[int, ...]:
-    """A list like "1, 2, 4, 8" (or a JSON list): whole numbers in range, no repeats, sorted."""
+def _numbers(raw: dict[str, Any], field: str, low: float, high: float, *, whole: bool, most: int) -> list[float] | None:
     items = _items(raw, field)
     if items is None:
-        return default
+        return None
     numbers = []
     for item in items:
-        number = _parsed_number(field, item, whole=True)
-        _bounded(field, number, low, high)
-        numbers.append(int(number))
-    return _checked_list(field, numbers, most)
-
-
-def reals(
-    raw: dict[str, Any], field: str, default: tuple[float, ...], low: float, high: float, *, most: int = 12
-) -> tuple[float, ...]:
-    items = _items(raw, field)
-    if items is None:
-        return default
-    numbers = []
-    for item in items:
-        number = _parsed_number(field, item, whole=False)
+        number = _parsed_number(field, item, whole=whole)
         _bounded(field, number, low, high)
         numbers.append(number)
     return _checked_list(field, numbers, most)
 
 
-def _checked_list(field: str, numbers: list[N], most: int) -> tuple[N, ...]:
+def integers(
+    raw: dict[str, Any], field: str, default: tuple[int, ...], low: int, high: int, *, most: int = 12
+) -> tuple[int, ...]:
+    """A list like "1, 2, 4, 8" (or a JSON list): whole numbers in range, no repeats, sorted."""
+    numbers = _numbers(raw, field, low, high, whole=True, most=most)
+    return default if numbers is None else tuple(int(n) for n in numbers)
+
+
+def reals(
+    raw: dict[str, Any], field: str, default: tuple[float, ...], low: float, high: float, *, most: int = 12
+) -> tuple[float, ...]:
+    numbers = _numbers(raw, field, low, high, whole=False, most=most)
+    return default if numbers is None else tuple(numbers)
+
+
+def _checked_list(field: str, numbers: list[float], most: int) -> list[float]:
     if len(numbers) > most:
         raise ConfigError(field, _("값은 %(most)d개까지입니다") % {"most": most})
     if len(set(numbers)) != len(numbers):
         raise ConfigError(field, _("같은 값이 두 번 있습니다"))
-    return tuple(sorted(numbers))
+    return sorted(numbers)
 
 
 def choice(raw: dict[str, Any], field: str, default: str, choices: Iterable[str]) -> str:
