@@ -57,3 +57,50 @@ class Membership(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} in {self.classroom} ({self.role})"
+
+
+class LabSubmission(models.Model):
+    """A learner's hand-in of one lab: the job whose checks it stands on, the numbers and the reflection."""
+
+    user = models.ForeignKey("auth.User", on_delete=models.CASCADE, related_name="lab_submissions")
+    lab = models.PositiveSmallIntegerField()
+    job = models.ForeignKey("bench.BenchJob", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    reflection = models.TextField()
+    checks = models.JSONField(default=list)
+    key_numbers = models.JSONField(default=dict)
+    passed = models.BooleanField(default=False)
+    engine_url = models.CharField(max_length=300, blank=True)
+    submitted_at = models.DateTimeField()
+    late = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["lab"]
+        constraints = [models.UniqueConstraint(fields=["user", "lab"], name="one_submission_per_lab")]
+
+    def __str__(self) -> str:
+        return f"lab {self.lab} by {self.user_id}"
+
+
+class Assignment(models.Model):
+    """A lab assigned to a class with its dates and what happens after the due date."""
+
+    class LateRule(models.TextChoices):
+        ACCEPT = "accept", "accept"  # accepted, marked late
+        REFUSE = "refuse", "refuse"  # no submission after the due date
+
+    classroom = models.ForeignKey(Classroom, on_delete=models.CASCADE, related_name="assignments")
+    lab = models.PositiveSmallIntegerField()
+    opens_at = models.DateTimeField()
+    due_at = models.DateTimeField()
+    late_rule = models.CharField(max_length=8, choices=LateRule.choices, default=LateRule.ACCEPT)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["lab"]
+        constraints = [
+            models.UniqueConstraint(fields=["classroom", "lab"], name="one_assignment_per_lab"),
+            models.CheckConstraint(condition=models.Q(due_at__gt=models.F("opens_at")), name="due_after_open"),
+        ]
+
+    def __str__(self) -> str:
+        return f"lab {self.lab} in {self.classroom_id}"

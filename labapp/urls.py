@@ -1,11 +1,15 @@
 from django.contrib import admin
 from django.urls import include, path
 
-from labapp import views
+from labapp import views, views_labs
 
 urlpatterns = [
     path("", views.home, name="home"),
     path("chapter/<slug:slug>/", views.chapter_section, name="chapter_section"),
+    path("labs/", views_labs.lab_list, name="lab_list"),
+    path("labs/<int:number>/", views_labs.lab_page, name="lab_page"),
+    path("labs/<int:number>/run/", views_labs.lab_run, name="lab_run"),
+    path("labs/<int:number>/submit/", views_labs.lab_submit, name="lab_submit"),
     path("status/", views.status_page, name="status"),
     path("status.json", views.status_json, name="status_json"),
     path("status/banner/", views.status_banner, name="status_banner"),

@@ -19,7 +19,16 @@ def _sections(language: str) -> list[ChapterSection]:
 
 @require_GET
 def home(request: HttpRequest) -> HttpResponse:
-    return render(request, "home.html", {"sections": _sections(translation.get_language() or "ko")})
+    """The chapter's sections, and for a signed-in learner where they are in the six labs."""
+    from labapp.labs import LABS, states_for
+
+    states = []
+    if request.user.is_authenticated:
+        me = int(request.user.pk or 0)
+        found = states_for([me])
+        states = [found[(me, n)] for n in LABS]
+    context = {"sections": _sections(translation.get_language() or "ko"), "lab_states": states}
+    return render(request, "home.html", context)
 
 
 @require_GET
