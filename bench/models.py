@@ -53,3 +53,23 @@ class BenchJob(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} #{self.pk} ({self.status})"
+
+
+class Engine(models.Model):
+    """A vLLM endpoint registered by an admin or instructor; learners pick one for their runs.
+
+    The configured engine (VLLM_BASE_URL) is always there without a row.
+    """
+
+    name = models.CharField(max_length=100, unique=True)
+    base_url = models.CharField(max_length=300, unique=True)
+    model = models.CharField(max_length=200, blank=True)  # empty: the first model it serves
+    hardware = models.CharField(max_length=200, blank=True)  # e.g. "H200", "2-core CPU"
+    added_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.base_url})"

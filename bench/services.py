@@ -53,7 +53,10 @@ def heartbeat_interval() -> float:
     return min(HEARTBEAT_S, settings.BENCH_STALE_S / 3)
 
 
-def job_create(*, owner: AbstractBaseUser, kind: str, config: dict[str, Any]) -> BenchJob:
+def job_create(
+    *, owner: AbstractBaseUser, kind: str, config: dict[str, Any], engine_url: str | None = None
+) -> BenchJob:
+    """A job on ``engine_url`` (the learner's chosen engine; default the configured one)."""
     from bench import tasks
 
     jobs_reap_stale()  # a lost worker's job does not hold the queue up in front of the new one
@@ -63,7 +66,7 @@ def job_create(*, owner: AbstractBaseUser, kind: str, config: dict[str, Any]) ->
             owner_id=owner.pk,
             kind=kind,
             config=seeded,
-            engine_url=vllm_client.base_url(),
+            engine_url=engine_url or vllm_client.base_url(),
             total_requests=job_config(kind, seeded).total_requests,
         )
         transaction.on_commit(lambda: tasks.job_run.delay(job.pk))

@@ -14,7 +14,7 @@ from django.shortcuts import redirect, render
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
-from bench import charts, configs, exports, jobs, services
+from bench import charts, configs, engines, exports, jobs, services
 from bench.models import BenchJob
 from rag import vllm_client
 
@@ -101,14 +101,21 @@ def bench_list(request: HttpRequest) -> HttpResponse:
     form = JobForm(request.POST or None, request.FILES or None)
     if request.method == "POST" and form.is_valid():
         kind, config = form.cleaned_data["kind"], form.cleaned_data["config"]
-        job = services.job_create(owner=request.user, kind=kind, config=config)  # type: ignore[arg-type]
+        job = services.job_create(
+            owner=request.user,  # type: ignore[arg-type]
+            kind=kind,
+            config=config,
+            engine_url=engines.chosen_url(request.session),
+        )
         return redirect("bench_detail", job_id=job.pk)
     mine = BenchJob.objects.filter(owner_id=request.user.pk)[:50]
     queue = BenchJob.objects.filter(status__in=[BenchJob.Status.QUEUED, BenchJob.Status.RUNNING]).order_by("pk")
     queue_rows = [
         {"job": j, "mine": j.owner_id == request.user.pk, "position": services.queue_position(j)} for j in queue
     ]
-    return render(request, "bench/list.html", {"form": form, "jobs": mine, "queue": queue_rows})
+    engine = engines.chosen_url(request.session)
+    context = {"form": form, "jobs": mine, "queue": queue_rows, "engine_name": engines.name_of(engine)}
+    return render(request, "bench/list.html", context | {"engine_url": engine})
 
 
 def _charts(kind: str, jobs_: list[BenchJob]) -> list[dict[str, Any]]:
@@ -120,6 +127,7 @@ def bench_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     services.jobs_reap_stale()
     job = job_for(request, job_id)
     context = {"job": job, "position": services.queue_position(job), "charts": _charts(job.kind, [job])}
+    context["engine_name"] = engines.name_of(job.engine_url)
     template = "bench/job_panel.html" if request.headers.get("HX-Request") == "true" else "bench/detail.html"
     return render(request, template, context)
 

@@ -9,7 +9,7 @@ from django.shortcuts import redirect, render
 from django.utils import translation
 from django.views.decorators.http import require_POST
 
-from bench import charts, services
+from bench import charts, engines, services
 from labapp import lab_services
 from labapp.labs import LABS, Lab, states_for
 from labapp.models import ChapterSection
@@ -59,7 +59,8 @@ def lab_page(request: HttpRequest, number: int) -> HttpResponse:
 @require_POST
 def lab_run(request: HttpRequest, number: int) -> HttpResponse:
     _lab(number)
-    lab_services.lab_run(user=request.user, number=number)  # type: ignore[arg-type]
+    engine_url = engines.chosen_url(request.session)
+    lab_services.lab_run(user=request.user, number=number, engine_url=engine_url)  # type: ignore[arg-type]
     return redirect("lab_page", number=number)
 
 

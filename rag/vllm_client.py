@@ -41,9 +41,14 @@ def base_url() -> str:
     return str(settings.VLLM_BASE_URL)
 
 
-def engine_info(*, timeout: float = 3.0) -> EngineInfo:
-    """Version, served models and max model length, or EngineUnavailable with the reason."""
-    url = base_url()
+def engine_info(*, timeout: float = 3.0, url: str | None = None, wanted: str | None = None) -> EngineInfo:
+    """Version, served models and max model length, or EngineUnavailable with the reason.
+
+    ``url`` defaults to the configured engine, whose model is VLLM_MODEL when set; for
+    another engine ``wanted`` names the model it must serve (None: its first).
+    """
+    if url is None:
+        url, wanted = base_url(), settings.VLLM_MODEL or None
     try:
         with httpx.Client(base_url=url, timeout=timeout) as http:
             health = http.get("/health")
@@ -57,11 +62,10 @@ def engine_info(*, timeout: float = 3.0) -> EngineInfo:
     cards: list[dict[str, Any]] = models.json().get("data", [])
     if not cards:
         raise EngineUnavailable(f"vLLM at {url} serves no model")
-    wanted = settings.VLLM_MODEL
     card = next((c for c in cards if c.get("id") == wanted), None) if wanted else cards[0]
     if card is None:
         raise EngineUnavailable(
-            f"vLLM at {url} does not serve VLLM_MODEL={wanted!r} "
+            f"vLLM at {url} does not serve the model {wanted!r} "
             f"(it serves {', '.join(str(c.get('id')) for c in cards)})"
         )
     return EngineInfo(
@@ -94,8 +98,8 @@ def shared_client() -> httpx.AsyncClient:
 
 
 async def engine_model(url: str) -> str:
-    """The model an OpenAI-compatible server at ``url`` serves (VLLM_MODEL if set)."""
-    if settings.VLLM_MODEL:
+    """The model an OpenAI-compatible server at ``url`` serves (VLLM_MODEL for the configured engine)."""
+    if settings.VLLM_MODEL and url.rstrip("/") == base_url().rstrip("/"):
         return str(settings.VLLM_MODEL)
     try:
         async with httpx.AsyncClient(base_url=url, timeout=_SHORT) as http:

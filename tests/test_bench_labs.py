@@ -287,7 +287,8 @@ def _results(kind: str) -> dict[str, Any]:
             "median_output_tokens": 3, "requests": [request]}  # fmt: skip
     if kind == "load":
         cells = [base | {"level": n, "concurrency": n, "load_mode": "concurrency", "request_throughput": n,
-                         "request_goodput": n, "p99_ttft_ms": 300.0, "p99_tpot_ms": 260.0, "duration": 1.0} for n in (1, 2)]  # fmt: skip
+                         "request_goodput": n, "p99_ttft_ms": 300.0, "p99_tpot_ms": 260.0,
+                         "duration": 1.0} for n in (1, 2)]  # fmt: skip
         return {"cells": cells, "slo": {"ttft_ms": 1000, "tpot_ms": 100}}
     if kind == "retrieval":
         return {"cells": [base | {"chunk_size": 500, "top_k": k, "median_context_tokens": 100 * k} for k in (1, 3)]}

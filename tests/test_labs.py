@@ -173,7 +173,12 @@ def test_the_lab_pages_run_show_checks_and_keep_a_refused_answer(monkeypatch: py
     listing = client.get("/labs/").content.decode()
     assert listing.count('data-status="not_started"') == 6
     created: list[dict[str, Any]] = []
-    monkeypatch.setattr(services, "job_create", lambda **kw: created.append(kw) or _job(learner, 1, "queued", {}))
+
+    def job_create(**kw: Any) -> BenchJob:
+        created.append(kw)
+        return _job(learner, 1, "queued", {})
+
+    monkeypatch.setattr(services, "job_create", job_create)
     assert client.post("/labs/1/run/").status_code == 302
     assert created[0]["kind"] == "speed" and created[0]["owner"] == learner
     page = client.get("/labs/1/").content.decode()

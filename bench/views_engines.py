@@ -1,0 +1,61 @@
+"""Engines: everyone sees each one's status and picks one for their runs; admins and instructors add them."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_POST
+
+from bench import engines
+from bench.models import Engine
+
+
+@login_required
+def engine_list(request: HttpRequest) -> HttpResponse:
+    rows = engines.probe_all(engines.choices())
+    context = {
+        "rows": rows,
+        "chosen": engines.chosen_url(request.session),
+        "can_manage": engines.can_manage(request.user),
+        "registered": {e.base_url: e for e in Engine.objects.all()},
+        "form": request.session.pop("engine_form", {}),
+    }
+    return render(request, "bench/engines.html", context)
+
+
+@login_required
+@require_POST
+def engine_pick(request: HttpRequest) -> HttpResponse:
+    url = request.POST.get("url", "")
+    if url not in {c.url for c in engines.choices()}:
+        messages.error(request, _("등록되지 않은 엔진입니다."))
+    else:
+        request.session[engines.SESSION_KEY] = url
+        messages.success(request, _("이제 내 실행은 %(name)s 엔진을 씁니다.") % {"name": engines.name_of(url)})
+    return redirect("engine_list")
+
+
+@login_required
+@require_POST
+def engine_add(request: HttpRequest) -> HttpResponse:
+    if not engines.can_manage(request.user):
+        raise Http404("not allowed")
+    fields = {key: request.POST.get(key, "") for key in ("name", "base_url", "model", "hardware")}
+    try:
+        engines.engine_add(user=request.user, **fields)
+    except engines.EngineError as exc:
+        messages.error(request, f"{exc.field}: {exc.message}")
+        request.session["engine_form"] = fields  # what was typed comes back
+    return redirect("engine_list")
+
+
+@login_required
+@require_POST
+def engine_delete(request: HttpRequest, engine_id: int) -> HttpResponse:
+    if not engines.can_manage(request.user):
+        raise Http404("not allowed")
+    Engine.objects.filter(pk=engine_id).delete()
+    return redirect("engine_list")
