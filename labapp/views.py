@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict
+from typing import Any
 
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
@@ -10,6 +11,10 @@ from django.views.decorators.http import require_GET
 
 from labapp import status
 from labapp.models import ChapterSection
+from rag.conversations import learner_speeds
+
+# Sections that carry an interactive widget under their text (slug -> template).
+SECTION_WIDGETS = {"estimator": "widgets/estimator.html", "kv-cache": "widgets/kv_stepper.html"}
 
 
 def _sections(language: str) -> list[ChapterSection]:
@@ -40,7 +45,29 @@ def chapter_section(request: HttpRequest, slug: str) -> HttpResponse:
     )
     if section is None:
         raise Http404
-    return render(request, "chapter_section.html", {"section": section, "sections": _sections(language)})
+    context: dict[str, Any] = {
+        "section": section,
+        "sections": _sections(language),
+        "widget": SECTION_WIDGETS.get(section.slug),
+    }
+    if section.slug == "estimator":
+        context["speeds"] = _estimator_speeds(request)
+    return render(request, "chapter_section.html", context)
+
+
+def _estimator_speeds(request: HttpRequest) -> dict[str, Any] | None:
+    """The learner's own speeds for the estimator's fill-in button (None: nothing measured yet)."""
+    if not request.user.is_authenticated:
+        return None
+    speeds = learner_speeds(request.user)
+    if speeds is None:
+        return None
+    return {
+        "prefill": round(speeds.prefill, 1),
+        "decode": round(speeds.decode, 1),
+        "basis": str(speeds.basis),
+        "samples": speeds.samples,
+    }
 
 
 @never_cache
