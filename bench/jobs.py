@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import statistics
 from collections.abc import Awaitable, Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +23,17 @@ from bench.metrics import SLO, RequestRecord, summarize
 from bench.workloads import nonce_line, rag_prompts, rag_questions, shared_prefix_prompts, synthetic_prompts
 
 Progress = Callable[[int, int, str], Awaitable[bool]]  # done, total, current cell -> keep going?
+
+# Set by whoever runs a job to see its cells as they finish (the job row saves them, so a page
+# can draw a chart while the job still runs); unset, finished cells are only returned at the end.
+PARTIAL: ContextVar[Callable[[dict[str, Any]], Awaitable[None]] | None] = ContextVar("partial", default=None)
+
+
+async def report_partial(results: dict[str, Any]) -> None:
+    hook = PARTIAL.get()
+    if hook is not None:
+        await hook(results)
+
 
 # The chapter's estimator table, then an unseen shape to check the estimate against.
 SPEED_SHAPES: tuple[tuple[int, int], ...] = ((100, 50), (1500, 50), (100, 500))
@@ -165,6 +177,7 @@ async def measure_cells(
                             break
                 summary = cell_summary(cell.input_tokens, cell.output_tokens, records)
                 result.cells.append(summary | dict(cell.tags) | {"server": server})
+                await report_partial({"cells": result.cells, "partial": True})
                 if result.cancelled:
                     return result
     return result
@@ -362,6 +375,7 @@ async def load_sweep(config: LoadConfig, *, base_url: str, model: str, progress:
                     and summary["request_goodput"] >= config.meets_share * summary["request_throughput"]
                 )
                 result.cells.append(cell)
+                await report_partial({"cells": result.cells, "partial": True})
     return result
 
 

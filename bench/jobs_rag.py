@@ -23,7 +23,7 @@ from asgiref.sync import sync_to_async
 from django.utils.translation import gettext as _
 
 from bench import configs, runner, server_metrics
-from bench.jobs import keeps_partial
+from bench.jobs import keeps_partial, report_partial
 from bench.metrics import RequestRecord
 from bench.workloads import RagPrompt, answer_coverage, nonce_line, rag_prompts, rag_questions
 from rag import prompting, vllm_client
@@ -243,6 +243,7 @@ async def retrieval_sweep(config: RetrievalConfig, *, base_url: str, model: str,
                             answer_coverage=_median([a["coverage"] for a in answers]),
                         )
                     )
+                    await report_partial({"cells": cells, "partial": True})
                     if session.cancelled:
                         return {"cells": cells, "cancelled": True}
     return {"cells": cells, "cancelled": False, "fits": retrieval_fits(cells)}

@@ -265,6 +265,10 @@ def job_execute(*, job_id: int, lease: EngineLease | None = None) -> BenchJob:
             except Exception:  # a missed beat is not a reason to end the job
                 logger.exception("bench: job %s missed a heartbeat", job.pk)
 
+    async def save_partial(results: dict[str, Any]) -> None:
+        """Finished cells onto the row while the job runs (pages draw them before the end)."""
+        await sync_to_async(mine.update)(results=results)
+
     async def measure() -> tuple[dict[str, Any], bool]:
         loop = asyncio.get_running_loop()
         state["deadline"] = loop.time() + JOB_TIME_LIMIT_S
@@ -274,7 +278,11 @@ def job_execute(*, job_id: int, lease: EngineLease | None = None) -> BenchJob:
             async with asyncio.timeout(JOB_TIME_LIMIT_S + HARD_LIMIT_GRACE_S) as limit:
                 state["limit"] = limit
                 model = await vllm_client.engine_model(job.engine_url)
-                return await jobs.job_measure(config, base_url=job.engine_url, model=model, progress=progress)
+                token = jobs.PARTIAL.set(save_partial)
+                try:
+                    return await jobs.job_measure(config, base_url=job.engine_url, model=model, progress=progress)
+                finally:
+                    jobs.PARTIAL.reset(token)  # async_to_sync copies context back to the caller
         finally:
             stop.set()
             await beating  # ends at once: no database write is left running behind the job

@@ -325,7 +325,8 @@ def test_a_run_whose_job_was_reaped_meanwhile_stops_and_leaves_the_row_as_the_re
 
     hook_progress(monkeypatch, reaped_at_two)
     ended = services.job_execute(job_id=job.pk)
-    assert (ended.status, ended.error, ended.results, ended.done_requests) == ("failed", "lost", {}, 1)
+    assert (ended.status, ended.error, ended.done_requests) == ("failed", "lost", 1)
+    assert ended.results["partial"] is True and len(ended.results["cells"]) == 1  # saved before the reap
     assert len(script.requests) == 3  # the warm-up and two requests: it stopped there
 
 

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from asgiref.sync import sync_to_async
 from django.contrib.auth.models import User
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
@@ -124,7 +125,7 @@ def test_the_form_shows_the_error_at_its_field_and_creates_no_job(monkeypatch: p
         page = client.post("/bench/", data).content.decode()
         assert f'data-error-for="{field}"' in page and words in page, (data, page[-3000:])
     assert BenchJob.objects.count() == 0
-    monkeypatch.setattr(services, "job_create", lambda **kw: BenchJob.objects.create(engine_url="x", **kw))
+    monkeypatch.setattr(services, "job_create", lambda **kw: BenchJob.objects.create(**kw))
     upload = SimpleUploadedFile("w.jsonl", '{"prompt": "안녕", "max_tokens": 3}\n'.encode())
     client.post("/bench/", {"kind": "load", "workload": "custom", "concurrencies": "1,2", "custom_file": upload})
     job = BenchJob.objects.get()
@@ -397,3 +398,26 @@ def test_each_kinds_results_render_on_its_page(kind: str) -> None:
     assert 'id="job-chart-data"' in html and 'id="job-timeline-data"' in html and "export.csv" in html
     listing = client.get("/bench/").content.decode()
     assert f'name="ids" value="{job.pk}"' in listing
+
+
+@pytest.mark.django_db
+def test_finished_cells_are_on_the_row_while_the_job_still_runs(
+    fake: tuple[fake_vllm.Script, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _scripted_rag(monkeypatch)
+    _, url = fake
+    owner = User.objects.create(username="partial-rows")
+    config = {"questions": "1", "top_ks": "1, 2", "chunk_sizes": "200"}
+    job = BenchJob.objects.create(owner=owner, kind="retrieval", config=config, engine_url=url)
+    seen: list[int] = []
+    real = jobs_rag._Session.send
+
+    async def send(self: Any, spec: Any, label: str) -> Any:
+        row = await sync_to_async(BenchJob.objects.get)(pk=job.pk)
+        seen.append(len(row.results.get("cells", [])))
+        return await real(self, spec, label)
+
+    monkeypatch.setattr(jobs_rag._Session, "send", send)
+    done = services.job_execute(job_id=job.pk)
+    assert done.status == "done" and seen == [0, 1]  # the second cell started with the first on the row
+    assert "partial" not in done.results and len(done.results["cells"]) == 2
