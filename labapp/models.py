@@ -31,6 +31,8 @@ class Classroom(models.Model):
     name = models.CharField(max_length=200)
     join_code = models.CharField(max_length=32, unique=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    join_open = models.BooleanField(default=True)  # the instructor can stop sign-ups with the code
+    join_code_expires_at = models.DateTimeField(null=True, blank=True)  # empty: the code never expires
 
     class Meta:
         ordering = ["name"]
@@ -104,3 +106,14 @@ class Assignment(models.Model):
 
     def __str__(self) -> str:
         return f"lab {self.lab} in {self.classroom_id}"
+
+
+class TemporaryPassword(models.Model):
+    """A password someone else chose (an instructor's reset, a roster import): changed at the next sign-in."""
+
+    user = models.OneToOneField("auth.User", on_delete=models.CASCADE, related_name="temporary_password")
+    set_by = models.ForeignKey("auth.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    set_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"temporary password of {self.user_id}"

@@ -14,6 +14,7 @@ urlpatterns = [
     path("status.json", views.status_json, name="status_json"),
     path("status/banner/", views.status_banner, name="status_banner"),
     path("healthz", views.healthz, name="healthz"),
+    path("", include("labapp.classes.urls")),  # sign-up, sign-in, classes (before Django's accounts/)
     path("accounts/", include("django.contrib.auth.urls")),
     path("", include("rag.urls")),
     path("", include("bench.urls")),
