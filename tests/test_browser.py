@@ -149,3 +149,35 @@ def test_a_learner_starts_a_speed_probe_watches_the_progress_bar_and_sees_the_ch
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "bench-speed-probe.png"), full_page=True)
     page.close()
+
+
+def test_the_team_demo_sweeps_live_and_asks_two_settings_side_by_side(
+    full_stack: str, chapter_indexed: None, browser: object
+) -> None:
+    page = browser.new_page(viewport={"width": 1600, "height": 1100})  # type: ignore[attr-defined]
+    page.goto(f"{full_stack}/demo/")
+    page.eval_on_selector("input[name=top_k_max]", "el => { el.value = '2'; el.dispatchEvent(new Event('input')); }")
+    page.eval_on_selector("input[name=chunk_size_max]", "el => { el.value = '200'; }")
+    page.click("#demo-start")
+    page.wait_for_selector("#demo-progress")
+    cells_seen: set[str] = set()
+    for _ in range(900):  # two requests through the worker on the real engine
+        chart = page.locator("#demo-chart")
+        cells_seen.add(chart.get_attribute("data-cells") or "0")
+        if page.locator("#demo-progress").get_attribute("data-status") in ("done", "failed", "cancelled"):
+            break
+        page.wait_for_timeout(200)
+    page.wait_for_timeout(2000)  # the last poll draws the finished chart
+    assert page.locator("#demo-progress").get_attribute("data-status") == "done"
+    assert page.locator("#demo-chart").get_attribute("data-cells") == "2"
+    assert page.locator("#demo-chart .main-svg").count() >= 1
+    page.wait_for_selector("#socket-state[data-state=open]", timeout=15_000)
+    page.click("#ask-button")
+    page.wait_for_selector(".turn.side-by-side .answer >> nth=1", timeout=120_000)
+    for index in range(2):
+        answer = page.locator(".turn.side-by-side .answer").nth(index)
+        answer.locator(".status").filter(has_text="완료").wait_for(timeout=120_000)
+    assert "/demo/" in page.url  # the demo keeps its address while the chat runs
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "team-demo.png"), full_page=True)
+    page.close()

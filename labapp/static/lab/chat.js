@@ -226,7 +226,7 @@
       st.article.dataset.answerId = m.answer_id;
       if (!conversation) {
         conversation = m.conversation;
-        history.replaceState(null, "", `/chat/${conversation}/`);
+        if (!form.dataset.keepUrl) history.replaceState(null, "", `/chat/${conversation}/`);
       }
     } else if (m.type === "retrieval") {
       st.timings.retrieval_ms = m.retrieval_ms;
@@ -252,6 +252,7 @@
       const a = m.answer;
       st.article._timings = a.timings || {};
       finish(st.article, a);
+      if (st.then && a.answer_id) ask(st.then.question, st.then.settings, a.answer_id, null);
       if (socket.readyState === WebSocket.OPEN) {
         socket.send(JSON.stringify({
           type: "client_timing", answer_id: a.answer_id,
@@ -275,24 +276,36 @@
     };
   }
 
+  // The demo page's form also has a second setting ("b"): its answer is asked when the first
+  // one is done, and drawn beside it, so the two never share the engine while being timed.
+  function formSettingsB() {
+    const f = form.elements;
+    if (!f.top_k_b) return null;
+    return Object.assign(formSettings(), { top_k: Number(f.top_k_b.value), chunk_size: Number(f.chunk_size_b.value) });
+  }
+
+  function ask(question, settings, parent, then) {
+    const id = `a${Date.now().toString(36)}${(counter++).toString(36)}`;
+    const article = card(question, settings);
+    article.dataset.cid = id;
+    place(article, parent);
+    const st = { article, sentAt: performance.now(), promptAt: null, firstAt: null, tokens: 0, timings: {}, timer: null, then };
+    live[id] = st;
+    article.querySelector(".stop").addEventListener("click", () => socket.send(JSON.stringify({ type: "stop", id })));
+    st.timer = setInterval(() => tick(id), 200);
+    drawPanel(article, st.timings, { streaming: true });
+    socket.send(JSON.stringify({ type: "ask", id, question, settings, conversation, parent }));
+  }
+
   form.addEventListener("submit", (event) => {
     event.preventDefault();
     formError.textContent = "";
     const question = form.elements.question.value;
     if (!question.trim()) { formError.textContent = L.question_empty; return; }
     if (!socket || socket.readyState !== WebSocket.OPEN) { formError.textContent = L.disconnected; return; }
-    const id = `a${Date.now().toString(36)}${(counter++).toString(36)}`;
-    const settings = formSettings();
     const parent = form.elements.parent.value ? Number(form.elements.parent.value) : null;
-    const article = card(question.trim(), settings);
-    article.dataset.cid = id;
-    place(article, parent);
-    const st = { article, sentAt: performance.now(), promptAt: null, firstAt: null, tokens: 0, timings: {}, timer: null };
-    live[id] = st;
-    article.querySelector(".stop").addEventListener("click", () => socket.send(JSON.stringify({ type: "stop", id })));
-    st.timer = setInterval(() => tick(id), 200);
-    drawPanel(article, st.timings, { streaming: true });
-    socket.send(JSON.stringify({ type: "ask", id, question, settings, conversation, parent }));
+    const second = formSettingsB();
+    ask(question.trim(), formSettings(), parent, second ? { question: question.trim(), settings: second } : null);
     form.elements.parent.value = "";
     document.getElementById("parent-note").hidden = true;
   });
