@@ -144,9 +144,9 @@ def _checks_prefix(r: Results) -> list[Check]:
             f"{cold.get('median_cached_tokens') or 0:.0f} / {warm.get('median_cached_tokens') or 0:.0f}",
         ),
         Check(
-            str(_("청크 순서를 바꾸면 캐시를 덜 씀")),
+            str(_("청크 순서를 바꾸면 캐시를 더 쓰지 못함")),
             bool(other and reordered)
-            and (reordered.get("median_cached_tokens") or 0) < (other.get("median_cached_tokens") or 0),
+            and (reordered.get("median_cached_tokens") or 0) <= (other.get("median_cached_tokens") or 0),
             f"{other.get('median_cached_tokens') or 0:.0f} → {reordered.get('median_cached_tokens') or 0:.0f}",
         ),
     ]
