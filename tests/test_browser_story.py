@@ -78,7 +78,7 @@ def _sign_in(page: object, site: str, username: str) -> None:
     page.goto(f"{site}/accounts/login/")  # type: ignore[attr-defined]
     page.fill("input[name=username]", username)  # type: ignore[attr-defined]
     page.fill("input[name=password]", PASSWORD)  # type: ignore[attr-defined]
-    page.click("form button[type=submit]")  # type: ignore[attr-defined]
+    page.click("main form button[type=submit]")  # type: ignore[attr-defined]
     page.wait_for_load_state()  # type: ignore[attr-defined]
 
 
@@ -120,14 +120,14 @@ def test_an_instructor_assigns_a_learner_does_labs_1_and_4_and_the_gradebook_sho
     learner.fill("input[name=password1]", PASSWORD)
     learner.fill("input[name=password2]", PASSWORD)
     learner.fill("input[name=join_code]", "WRONG-CODE")
-    learner.click("form button[type=submit]")
+    learner.click("main form button[type=submit]")
     learner.wait_for_load_state()
     assert learner.locator(".errorlist, .form-error, .error").count() >= 1  # a wrong code says so
     _shot(learner, "02-signup-wrong-code")
     learner.fill("input[name=password1]", PASSWORD)
     learner.fill("input[name=password2]", PASSWORD)
     learner.fill("input[name=join_code]", code)
-    learner.click("form button[type=submit]")
+    learner.click("main form button[type=submit]")
     learner.wait_for_load_state()
     assert "/accounts/signup/" not in learner.url, learner.content()[-2000:]
 
@@ -168,6 +168,8 @@ def test_an_instructor_assigns_a_learner_does_labs_1_and_4_and_the_gradebook_sho
     row = teacher.locator("#gradebook tr", has_text="minji")
     assert row.locator("td[data-lab='1'][data-status=submitted]").count() == 1
     assert row.locator("td[data-lab='4'][data-status=submitted]").count() == 1
+    for chart in ("#class-speeds", "#class-ttft"):  # the class-wide charts draw from the learners' runs
+        teacher.wait_for_selector(f"{chart}[data-drawn=true]", timeout=10_000)
     _shot(teacher, "07-gradebook")
     with teacher.expect_download() as download:
         teacher.click("#csv-export")
