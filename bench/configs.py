@@ -29,7 +29,7 @@ def _parsed_number(field: str, value: Any, *, whole: bool) -> float:
         raise ConfigError(field, _("숫자가 아닙니다: %(value)s") % {"value": value})
     try:
         number = float(str(value).strip()) if not isinstance(value, int | float) else float(value)
-    except ValueError:
+    except (ValueError, OverflowError):  # OverflowError: a whole number past float's range
         raise ConfigError(field, _("숫자가 아닙니다: %(value)s") % {"value": value}) from None
     if not math.isfinite(number):
         raise ConfigError(field, _("유한한 숫자여야 합니다: %(value)s") % {"value": value})
@@ -70,10 +70,14 @@ def _items(raw: dict[str, Any], field: str) -> list[Any] | None:
     if value is None or value == "" or value == []:
         return None
     if isinstance(value, str):
-        return [part for part in value.replace(" ", ",").split(",") if part]
-    if isinstance(value, list | tuple):
-        return list(value)
-    raise ConfigError(field, _("쉼표로 구분한 숫자 목록이어야 합니다"))
+        items = [part for part in value.replace(" ", ",").split(",") if part]
+    elif isinstance(value, list | tuple):
+        items = list(value)
+    else:
+        items = []
+    if not items:  # also "," alone: no value at all is not a list of them
+        raise ConfigError(field, _("쉼표로 구분한 숫자 목록이어야 합니다"))
+    return items
 
 
 def _numbers(raw: dict[str, Any], field: str, low: float, high: float, *, whole: bool, most: int) -> list[float] | None:
@@ -151,7 +155,9 @@ def jsonl_parse(data: bytes, *, field: str = "custom_file") -> tuple[CustomPromp
     except UnicodeDecodeError:
         raise ConfigError(field, _("UTF-8 텍스트가 아닙니다")) from None
     prompts: list[CustomPrompt] = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    # JSON Lines end lines with \n (or \r\n) only: str.splitlines would also cut at U+2028,
+    # U+0085 and other characters that JSON allows inside a string.
+    for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
 
@@ -160,13 +166,16 @@ def jsonl_parse(data: bytes, *, field: str = "custom_file") -> tuple[CustomPromp
 
         try:
             item = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise bad(_("JSON이 아닙니다 (%(error)s)") % {"error": exc.msg}) from None
+        except (ValueError, RecursionError) as exc:  # also: too many digits, nested too deep
+            why = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc).split(":")[0]
+            raise bad(_("JSON이 아닙니다 (%(error)s)") % {"error": why}) from None
         if not isinstance(item, dict):
             raise bad(_('{"prompt": "..."} 형태의 객체여야 합니다'))
         prompt = item.get("prompt")
         if not isinstance(prompt, str) or not prompt.strip():
             raise bad(_('"prompt"가 없거나 빈 문자열입니다'))
+        if "\x00" in prompt:  # no database stores it in text (PostgreSQL refuses it)
+            raise bad(_('"prompt"에 NUL 문자가 있습니다'))
         unknown = sorted(set(item) - {"prompt", "max_tokens", "output_tokens"})
         if unknown:
             raise bad(_("알 수 없는 키: %(keys)s") % {"keys": ", ".join(unknown)})
@@ -182,6 +191,17 @@ def jsonl_parse(data: bytes, *, field: str = "custom_file") -> tuple[CustomPromp
 
 
 def custom_from_raw(raw: dict[str, Any], field: str = "custom") -> tuple[CustomPrompt, ...]:
-    """The parsed prompts as a saved job config stores them."""
+    """The parsed prompts as a saved job config stores them (what ``jsonl_parse`` made)."""
     items = raw.get(field) or []
-    return tuple(CustomPrompt(prompt=str(i["prompt"]), max_tokens=i.get("max_tokens")) for i in items)
+
+    def well_formed(item: Any) -> bool:
+        limit = item.get("max_tokens") if isinstance(item, dict) else None
+        return (
+            isinstance(item, dict)
+            and isinstance(item.get("prompt"), str)
+            and (limit is None or (isinstance(limit, int) and not isinstance(limit, bool) and limit >= 1))
+        )
+
+    if not isinstance(items, list | tuple) or not all(well_formed(item) for item in items):
+        raise ConfigError("custom_file", _('저장된 사용자 작업량이 {"prompt": …, "max_tokens": …} 목록이 아닙니다'))
+    return tuple(CustomPrompt(prompt=i["prompt"], max_tokens=i.get("max_tokens")) for i in items)

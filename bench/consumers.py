@@ -8,6 +8,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from bench.models import BenchJob
+from labapp import sockets
 
 CLOSE_NOT_FOUND = 4404
 
@@ -28,13 +29,19 @@ class JobProgressConsumer(AsyncJsonWebsocketConsumer):
         if not owns:
             await self.close(code=CLOSE_NOT_FOUND)  # another user's job does not exist for them
             return
-        self.group = group_name(job_id)
-        await self.channel_layer.group_add(self.group, self.channel_name)
+        assert user is not None
+        self.groups_joined = [group_name(job_id), sockets.user_group(user.pk)]  # the second: sign-out closes it
+        for group in self.groups_joined:
+            await self.channel_layer.group_add(group, self.channel_name)
         await self.accept()
 
     async def disconnect(self, code: int) -> None:
-        if hasattr(self, "group"):
-            await self.channel_layer.group_discard(self.group, self.channel_name)
+        for group in getattr(self, "groups_joined", []):
+            await self.channel_layer.group_discard(group, self.channel_name)
 
     async def job_progress(self, event: dict[str, Any]) -> None:
         await self.send_json({key: value for key, value in event.items() if key != "type"})
+
+    async def user_signed_out(self, event: dict[str, Any]) -> None:
+        if await sockets.ends_session(event, sockets.scope_session_key(self.scope)):
+            await self.close(code=sockets.CLOSE_SIGNED_OUT)

@@ -97,6 +97,30 @@ def queue_position(job: BenchJob) -> int:
     return ahead.count() + 1
 
 
+RETRY_GUESS_S = 30  # when no running job of the user's has progress to go by
+
+
+def busy_retry_after_s(*, owner: AbstractBaseUser) -> int | None:
+    """Seconds until ``owner`` may submit again when they have BENCH_MAX_ACTIVE_JOBS_PER_USER
+    jobs queued or running, else None.
+
+    The estimate is the soonest end of one of their running jobs at its pace so far
+    (time since it started, scaled by the requests left), or ``RETRY_GUESS_S``.
+    """
+    active = list(
+        BenchJob.objects.filter(owner_id=owner.pk, status__in=[BenchJob.Status.QUEUED, BenchJob.Status.RUNNING])
+    )
+    if len(active) < settings.BENCH_MAX_ACTIVE_JOBS_PER_USER:
+        return None
+    now = timezone.now()
+    guesses = [
+        (now - job.started_at).total_seconds() * (job.total_requests - job.done_requests) / job.done_requests
+        for job in active
+        if job.status == BenchJob.Status.RUNNING and job.started_at and 0 < job.done_requests <= job.total_requests
+    ]
+    return max(5, min(3600, round(min(guesses)))) if guesses else RETRY_GUESS_S
+
+
 class EngineLease:
     """The engine lock a running job holds; ``renew`` pushes its expiry back (called by the job's heartbeat)."""
 

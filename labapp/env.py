@@ -58,6 +58,14 @@ VARIABLES: dict[str, Variable] = {
         Variable(
             "BENCH_STALE_S", "90", "benchmark jobs: a running job silent this long (its worker lost) is marked failed"
         ),
+        Variable(
+            "CHAT_MAX_CONCURRENT_PER_USER", "4", "chat: answers one user may have streaming at once, in all their tabs"
+        ),
+        Variable(
+            "BENCH_MAX_ACTIVE_JOBS_PER_USER",
+            "3",
+            "benchmark page: queued + running jobs one user may have; one more is refused until one ends",
+        ),
         Variable("WEB_HOST", "127.0.0.1", "address Daphne listens on (0.0.0.0 for a class server)"),
         Variable("WEB_PORT", "8000", "port of the Daphne web server"),
         Variable("REDIS_PORT", "6399", "port of the embedded redis-server"),

@@ -140,6 +140,8 @@ VLLM_MAX_MODEL_LEN = env_int("VLLM_MAX_MODEL_LEN", minimum=256, maximum=1_048_57
 EMBEDDING_MODEL = env_str("EMBEDDING_MODEL")
 CHAT_TIMEOUT_S = env_int("CHAT_TIMEOUT_S", minimum=1, maximum=3600)
 BENCH_STALE_S = env_int("BENCH_STALE_S", minimum=3, maximum=86400)
+CHAT_MAX_CONCURRENT_PER_USER = env_int("CHAT_MAX_CONCURRENT_PER_USER", minimum=1, maximum=1000)
+BENCH_MAX_ACTIVE_JOBS_PER_USER = env_int("BENCH_MAX_ACTIVE_JOBS_PER_USER", minimum=1, maximum=1000)
 WEB_HOST = env_str("WEB_HOST")
 WEB_PORT = env_int("WEB_PORT", minimum=1, maximum=65535)
 VLLM_CPU_THREADS = env_str("VLLM_CPU_THREADS")

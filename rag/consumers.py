@@ -7,7 +7,7 @@ Frames from the browser (JSON objects):
   {"type": "client_timing", "answer_id": N, "first_token_ms": x, "done_ms": y}
 Frames to the browser carry the client id: started, retrieval, prompt, token,
 done (with the saved answer), error; a bad frame gets an error frame and the
-socket stays open.
+socket stays open. Signing out closes the socket (labapp.sockets).
 """
 
 from __future__ import annotations
@@ -26,19 +26,19 @@ from django.conf import settings
 from django.utils import translation
 from django.utils.translation import gettext as _
 
+from labapp import sockets
 from rag import access, chat, conversations, embeddings, prompting
 from rag.models import Answer
 
 log = logging.getLogger(__name__)
 CLOSE_UNAUTHENTICATED = 4401
 MAX_FRAME_BYTES = 64 * 1024
-MAX_IN_FLIGHT = 4  # answers streaming at once on one socket ("ask again" shows two side by side)
 _CLIENT_ID = re.compile(r"^[A-Za-z0-9_-]{1,40}$")
 
 
 class ChatConsumer(AsyncJsonWebsocketConsumer):
     # Answers stream straight to this socket; no channel layer is needed, so chat
-    # keeps working while Redis is down.
+    # keeps working while Redis is down (the sign-out watch is its own, optional listener).
     channel_layer_alias = "no-channel-layer"
 
     async def connect(self) -> None:
@@ -48,6 +48,11 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             return
         self.language = self._language()
         self.in_flight: dict[str, asyncio.Task[None]] = {}
+        self.signed_out = False
+        self.watch = sockets.SignOutWatch(
+            user_id=self.user.pk, session_key=sockets.scope_session_key(self.scope), on_sign_out=self._signed_out
+        )
+        await self.watch.start()
         await self.accept()
         embeddings.warm_in_background()
 
@@ -56,6 +61,11 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         return cookie if cookie in dict(settings.LANGUAGES) else settings.LANGUAGE_CODE
 
     async def disconnect(self, code: int) -> None:
+        if hasattr(self, "watch"):
+            await self.watch.stop()
+        await self._stop_answers()
+
+    async def _stop_answers(self) -> None:
         # A closed tab stops its answers: cancelling the task closes the HTTP stream to
         # vLLM, which aborts the request; each task saves its partial answer as stopped.
         tasks = list(getattr(self, "in_flight", {}).values())
@@ -64,13 +74,20 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
 
+    async def _signed_out(self) -> None:
+        self.signed_out = True  # frames still in flight are ignored
+        await self.close(code=sockets.CLOSE_SIGNED_OUT)
+        await self._stop_answers()
+
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any) -> None:
+        if self.signed_out:
+            return
         if text_data is None or len(text_data.encode()) > MAX_FRAME_BYTES:
             await self._error(_("프레임은 %(n)d KB 이하의 JSON 텍스트여야 합니다.") % {"n": MAX_FRAME_BYTES // 1024})
             return
         try:
             content = json.loads(text_data)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: nested thousands deep
             await self._error(_("JSON이 아닙니다: %(why)s") % {"why": exc})
             return
         if not isinstance(content, dict):
@@ -109,9 +126,6 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         if client_id in self.in_flight:
             await self._error(_("같은 id의 답변이 이미 진행 중입니다."), client_id)
             return
-        if len(self.in_flight) >= MAX_IN_FLIGHT:
-            await self._error(_("한 번에 %(n)d개까지 답변할 수 있습니다.") % {"n": MAX_IN_FLIGHT}, client_id)
-            return
         unknown = sorted(set(content) - {"type", "id", "question", "settings", "conversation", "parent"})
         try:
             if unknown:
@@ -127,8 +141,9 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                 settings=chat_settings.as_dict(),
                 conversation_id=conversation_id,
                 parent_id=parent_id,
+                most_streaming=int(settings.CHAT_MAX_CONCURRENT_PER_USER),
             )
-        except (prompting.SettingsError, conversations.NotFound) as exc:
+        except (prompting.SettingsError, conversations.NotFound, conversations.TooMany) as exc:
             await self._error(str(exc), client_id)
             return
         run = chat.AnswerRun(

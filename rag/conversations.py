@@ -3,22 +3,32 @@
 from __future__ import annotations
 
 import statistics
+from datetime import timedelta
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import transaction
 from django.db.models import QuerySet
 from django.http import Http404
+from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from rag.chat import AnswerRun, Speeds
 from rag.models import Answer, Conversation
 
 SPEED_SAMPLES = 20
+# A row still "streaming" after this long lost its process (a restart mid-answer): it no
+# longer counts against the learner's limit of answers at once.
+STREAMING_STALE_S = 15 * 60
 
 
 class NotFound(LookupError):
     """No such conversation or answer for this user (never a hint that it exists)."""
+
+
+class TooMany(RuntimeError):
+    """The user already has as many answers streaming as they may (over all their sockets)."""
 
 
 def conversation_for(user: AbstractBaseUser | AnonymousUser, conversation_id: int) -> Conversation:
@@ -40,8 +50,25 @@ def answer_start(
     settings: dict[str, Any],
     conversation_id: int | None,
     parent_id: int | None,
+    most_streaming: int | None = None,
 ) -> Answer:
-    """Create the answer row (and its conversation if new) before the stream starts."""
+    """Create the answer row (and its conversation if new) before the stream starts.
+
+    ``most_streaming``: refuse with ``TooMany`` when the user already has that many
+    answers streaming. The rows are the count, so every socket and every web process
+    agrees; the user's row is locked first so two asks at once cannot both pass.
+    """
+    if most_streaming is not None:
+        get_user_model().objects.select_for_update().filter(pk=user.pk).first()
+        streaming = answers_streaming(user).count()
+        if streaming >= most_streaming:
+            raise TooMany(
+                _(
+                    "답변 중인 질문이 이미 %(n)d개입니다 (한 사람이 동시에 %(most)d개까지). "
+                    "하나가 끝나면 다시 물어보세요."
+                )
+                % {"n": streaming, "most": most_streaming}
+            )
     if conversation_id is None:
         conversation = Conversation.objects.create(owner_id=user.pk, title=question[:200])
     else:
@@ -56,6 +83,11 @@ def answer_start(
         if parent is None:
             raise NotFound(_("답변 %(id)s을(를) 이 대화에서 찾을 수 없습니다.") % {"id": parent_id})
     return Answer.objects.create(conversation=conversation, parent=parent, question=question, settings=settings)
+
+
+def answers_streaming(user: AbstractBaseUser) -> QuerySet[Answer]:
+    since = timezone.now() - timedelta(seconds=STREAMING_STALE_S)
+    return Answer.objects.filter(conversation__owner_id=user.pk, status=Answer.Status.STREAMING, created_at__gte=since)
 
 
 def answer_finish(*, answer_id: int, run: AnswerRun, status: Answer.Status) -> Answer:

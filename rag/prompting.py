@@ -43,7 +43,7 @@ def _number(raw: dict[str, Any], key: str, low: float, high: float, default: flo
         raise problem
     try:
         number = float(value)
-    except ValueError:
+    except (ValueError, OverflowError):  # OverflowError: a whole number past float's range
         raise problem from None
     if not low <= number <= high or (whole and number != int(number)):  # NaN fails the range test
         raise problem
@@ -90,6 +90,8 @@ def question_clean(raw: Any) -> str:
     question = raw.strip()
     if not question:
         raise SettingsError("question: it is empty")
+    if "\x00" in question:  # never text; PostgreSQL refuses to store it
+        raise SettingsError("question: it contains a NUL character")
     if len(question) > MAX_QUESTION_CHARS:
         raise SettingsError(f"question: {len(question)} characters is over the limit of {MAX_QUESTION_CHARS}")
     return question

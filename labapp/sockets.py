@@ -1,0 +1,123 @@
+"""Websockets end with the session that opened them.
+
+Signing out sends ``user.signed_out`` to the user's channel-layer group ``user-<id>``.
+Every socket of that user (chat, job progress) is in the group; it closes with
+``CLOSE_SIGNED_OUT`` when the event names its session, or when its own session no
+longer exists (signed out earlier while the layer was down, or rotated by a password
+change). A socket of the same user's other, still signed-in browser stays open.
+
+The channel layer carries hints only: when Redis is down, signing out still succeeds
+(the session is gone, so the page's reconnect is refused with 4401) and chat keeps
+working without the watch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from importlib import import_module
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.contrib.auth.signals import user_logged_out
+from django.dispatch import receiver
+from django.http import HttpRequest
+
+log = logging.getLogger(__name__)
+
+CLOSE_SIGNED_OUT = 1008  # WebSocket "policy violation": this session may no longer use the socket
+SIGNED_OUT = "user.signed_out"
+LAYER_TIMEOUT_S = 2.0  # sign-out and connect never wait longer than this on an unreachable layer
+
+
+def user_group(user_id: object) -> str:
+    return f"user-{user_id}"
+
+
+@receiver(user_logged_out, dispatch_uid="labapp.sockets.sign_out")
+def sockets_close_on_sign_out(sender: Any, request: HttpRequest | None, user: Any, **kwargs: Any) -> None:
+    if user is None or user.pk is None:
+        return
+    session_key = getattr(getattr(request, "session", None), "session_key", None)
+    event = {"type": SIGNED_OUT, "session": session_key}
+    try:
+        async_to_sync(_group_send)(user_group(user.pk), event)
+    except Exception as exc:  # the layer is a hint: sign-out itself must succeed
+        log.warning("sign-out of user %s: open sockets not told (%s: %s)", user.pk, type(exc).__name__, exc)
+
+
+async def _group_send(group: str, event: dict[str, Any]) -> None:
+    layer = get_channel_layer()
+    if layer is not None:
+        await asyncio.wait_for(layer.group_send(group, event), LAYER_TIMEOUT_S)
+
+
+async def ends_session(event: dict[str, Any], session_key: str | None) -> bool:
+    """Whether a ``user.signed_out`` event ends the socket opened with ``session_key``."""
+    if session_key is None or event.get("session") in (None, session_key):
+        return True
+    store = import_module(settings.SESSION_ENGINE).SessionStore()
+    return not await database_sync_to_async(store.exists)(session_key)
+
+
+def scope_session_key(scope: dict[str, Any]) -> str | None:
+    session = scope.get("session")
+    key = getattr(session, "session_key", None)
+    return key if isinstance(key, str) else None
+
+
+class SignOutWatch:
+    """For a consumer without a channel layer of its own (chat): its own channel in the
+    user's group, listened to by a task, calling ``on_sign_out`` when the session ends.
+
+    Never raises: without a reachable layer the socket simply has no watch.
+    """
+
+    def __init__(self, *, user_id: object, session_key: str | None, on_sign_out: Callable[[], Awaitable[None]]):
+        self.group = user_group(user_id)
+        self.session_key = session_key
+        self.on_sign_out = on_sign_out
+        self.layer = get_channel_layer()
+        self.channel = ""
+        self.task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Join the group before returning, so a sign-out right after connect is not missed."""
+        if self.layer is None:
+            return
+        try:
+            self.channel = await self.layer.new_channel()
+            await asyncio.wait_for(self.layer.group_add(self.group, self.channel), LAYER_TIMEOUT_S)
+        except Exception as exc:
+            log.warning("socket sign-out watch unavailable (%s: %s)", type(exc).__name__, exc)
+            self.channel = ""
+            return
+        self.task = asyncio.create_task(self._listen())
+
+    async def _listen(self) -> None:
+        assert self.layer is not None
+        try:
+            while True:
+                event = await self.layer.receive(self.channel)
+                if event.get("type") == SIGNED_OUT and await ends_session(event, self.session_key):
+                    await self.on_sign_out()
+                    return
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the layer went away: the socket goes on without the watch
+            log.warning("socket sign-out watch stopped (%s: %s)", type(exc).__name__, exc)
+
+    async def stop(self) -> None:
+        task, self.task = self.task, None
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        if self.layer is not None and self.channel:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.layer.group_discard(self.group, self.channel), LAYER_TIMEOUT_S)
+            self.channel = ""
