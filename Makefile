@@ -16,7 +16,7 @@ ifeq ($(strip $(VLLM_BASE_URL)),)
 ENGINE_DEPS := $(ENGINE_VENV)/.installed $(if $(strip $(VLLM_MODEL)),,$(MODEL_DIR)/config.json)
 endif
 
-.PHONY: run test setup lint lock engine clean-data
+.PHONY: run test setup lint lock engine clean-data perf
 .DEFAULT_GOAL := run
 
 $(VENV)/.installed: requirements.lock
@@ -66,6 +66,10 @@ $(BROWSER_DEPS):
 
 test: $(VENV)/.installed $(ENGINE_DEPS) $(BROWSER_DEPS)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# Benchmarks that print the project's speed as ratios (not pass/fail); PERF_ARGS=--quick for a short run.
+perf: setup
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m labapp.perf $(PERF_ARGS)
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
