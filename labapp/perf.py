@@ -82,7 +82,7 @@ def client_rows(quick: bool) -> list[Row]:
     within = [row for row in r["levels"] if (row["first"]["client_queue_ms"]["p50"] or 0.0) <= 1.0]
     best = max(within, key=lambda row: row["concurrency"]) if within else None
     figure = (
-        f"{best['concurrency']} concurrent streams, {best['first']['requests_per_s']} req/s"
+        f"{best['concurrency']} concurrent streams, {best['requests_per_s']} req/s"
         if best
         else "client queue above 1 ms at every level"
     )

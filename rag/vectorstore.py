@@ -122,10 +122,19 @@ def count(name: str) -> int:
     return collection(name).count()
 
 
+GET_PAGE = 5000  # Chroma's SQLite refuses one query with too many variables (~30k chunks at once)
+
+
 @_guarded
 def get_where(name: str, where: dict[str, Any]) -> list[Hit]:
-    """Every stored chunk matching ``where`` (distance 0: not a search)."""
-    return _stored(collection(name).get(where=where, include=["documents", "metadatas"]))
+    """Every stored chunk matching ``where`` (distance 0: not a search), fetched a page at a time."""
+    found: list[Hit] = []
+    target = collection(name)
+    while True:
+        page = _stored(target.get(where=where, include=["documents", "metadatas"], limit=GET_PAGE, offset=len(found)))
+        found += page
+        if len(page) < GET_PAGE:
+            return found
 
 
 @_guarded

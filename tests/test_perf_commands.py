@@ -74,8 +74,8 @@ def test_make_perf_turns_each_commands_json_into_table_rows(monkeypatch: pytest.
         "bench_fidelity": {"ours": {"median_ttft_ms": 396.0, "median_tpot_ms": 28.5, "output_throughput": 101.0},
                            "vllm": {"median_ttft_ms": 393.5, "median_tpot_ms": 31.5, "output_throughput": 94.3}},
         "bench_client_overhead": {"levels": [
-            {"concurrency": 1, "first": {"client_queue_ms": {"p50": 0.15}, "requests_per_s": 7.9}},
-            {"concurrency": 8, "first": {"client_queue_ms": {"p50": 2.4}, "requests_per_s": 57.7}}]},
+            {"concurrency": 1, "first": {"client_queue_ms": {"p50": 0.15}}, "requests_per_s": 7.9},
+            {"concurrency": 8, "first": {"client_queue_ms": {"p50": 2.4}}, "requests_per_s": 57.7}]},
         "bench_retrieval_scale": [{"chunks": 1000, "total_p50_ms": 40.0, "total_p95_ms": 60.0}],
         "bench_decode_bound": {"ratio": 1.4, "measured_tpot_ms": 28.0, "bound_tpot_ms": 20.0,
                                "weight_bytes": 1.07e9, "read_bandwidth_gb_s": 53.6},
