@@ -10,7 +10,17 @@ from bench import services
 SOFT_TIME_LIMIT_S = services.JOB_TIME_LIMIT_S + services.HARD_LIMIT_GRACE_S + 60
 
 
-@shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, max_retries=None, soft_time_limit=SOFT_TIME_LIMIT_S)
+# ignore_result: the job's row is its result; without it every .delay() in a web process also
+# subscribes to the task's result channel on Redis (pub/sub), a step that once left a request
+# waiting for minutes in the class-mode browser test.
+@shared_task(
+    bind=True,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    max_retries=None,
+    soft_time_limit=SOFT_TIME_LIMIT_S,
+    ignore_result=True,
+)
 def job_run(self, job_id: int) -> str:  # type: ignore[no-untyped-def]
     from bench.models import BenchJob
 
