@@ -21,6 +21,7 @@ from bench import configs, runner, server_metrics
 from bench.estimator import gen_seconds
 from bench.metrics import SLO, RequestRecord, summarize
 from bench.workloads import nonce_line, rag_prompts, rag_questions, shared_prefix_prompts, synthetic_prompts
+from rag.chunking import CHUNK_SIZES
 
 Progress = Callable[[int, int, str], Awaitable[bool]]  # done, total, current cell -> keep going?
 
@@ -469,7 +470,7 @@ def config_for(kind: str, raw: dict[str, Any], *, max_model_len: int | None = No
     return config
 
 
-CHUNK_CHOICES = ("200", "500", "1000")
+CHUNK_CHOICES = tuple(str(size) for size in CHUNK_SIZES)  # the indexed sizes, as form values
 
 
 def longest_requests(config: JobConfig) -> list[tuple[str, int]]:

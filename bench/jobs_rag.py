@@ -23,13 +23,13 @@ from asgiref.sync import sync_to_async
 from django.utils.translation import gettext as _
 
 from bench import configs, runner, server_metrics
-from bench.jobs import keeps_partial, report_partial
+from bench.jobs import CHUNK_CHOICES, keeps_partial, report_partial
 from bench.metrics import RequestRecord
 from bench.workloads import RagPrompt, answer_coverage, nonce_line, rag_prompts, rag_questions
 from rag import prompting, vllm_client
+from rag.chunking import CHUNK_SIZES
 
 KINDS = ("retrieval", "prefix", "short")
-CHUNK_SIZES = (200, 500, 1000)
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ SHORT_CELLS = ("normal", "brief", "cap", "brief_cap")
 
 def config_for(kind: str, raw: dict[str, Any], *, repeats: int, seed: int) -> Any:
     c = configs
-    chunk = (str(s) for s in CHUNK_SIZES)
+    chunk = CHUNK_CHOICES
     if kind == "retrieval":
         sizes = c.integers(raw, "chunk_sizes", CHUNK_SIZES, 1, 100_000)
         for size in sizes:

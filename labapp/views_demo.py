@@ -10,9 +10,9 @@ from django.views.decorators.http import require_POST
 
 from bench import charts, engines, services
 from bench.models import BenchJob
+from rag.chunking import CHUNK_SIZES
 from rag.views import _chat_context
 
-CHUNK_SIZES = (200, 500, 1000)
 TOP_KS = (1, 2, 4, 6, 8, 10)
 
 

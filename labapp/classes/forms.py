@@ -19,6 +19,15 @@ from labapp.models import Assignment, Classroom
 DATETIME_FORMAT = "%Y-%m-%dT%H:%M"
 
 
+def join_code_clean(value: Any) -> tuple[str, Classroom]:
+    """The join code and its class, or the service's reason (wrong, closed, expired) as a field error."""
+    code = str(value)
+    try:
+        return code, services.classroom_by_code(code)
+    except services.JoinCodeError as exc:
+        raise forms.ValidationError(str(exc), code="join_code") from None
+
+
 class SignUpForm(UserCreationForm):  # type: ignore[type-arg]
     field_order = ["join_code", "username", "email", "password1", "password2"]
     join_code = forms.CharField(
@@ -36,11 +45,7 @@ class SignUpForm(UserCreationForm):  # type: ignore[type-arg]
         self.classroom: Classroom | None = None
 
     def clean_join_code(self) -> str:
-        code = str(self.cleaned_data["join_code"])
-        try:
-            self.classroom = services.classroom_by_code(code)
-        except services.JoinCodeError as exc:
-            raise forms.ValidationError(str(exc), code="join_code") from None
+        code, self.classroom = join_code_clean(self.cleaned_data["join_code"])
         return code
 
 
@@ -52,11 +57,7 @@ class JoinForm(forms.Form):
         self.classroom: Classroom | None = None
 
     def clean_join_code(self) -> str:
-        code = str(self.cleaned_data["join_code"])
-        try:
-            self.classroom = services.classroom_by_code(code)
-        except services.JoinCodeError as exc:
-            raise forms.ValidationError(str(exc), code="join_code") from None
+        code, self.classroom = join_code_clean(self.cleaned_data["join_code"])
         return code
 
 
