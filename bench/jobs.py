@@ -142,7 +142,7 @@ def keeps_partial(build: Callable[[], dict[str, Any]]) -> Iterator[None]:
         raise
 
 
-async def _warm_up(*, base_url: str, model: str, seed: int) -> None:
+async def warm_up(*, base_url: str, model: str, seed: int) -> None:
     """One short request, not measured: the first request after a quiet engine is slow."""
     warm = runner.RequestSpec(prompt=f"warm-up {seed}", max_tokens=4)
     await runner.run([], base_url=base_url, model=model, shape=runner.LoadShape(concurrency=1), warmup=[warm])
@@ -157,7 +157,7 @@ async def measure_cells(
     done = 0
     with keeps_partial(lambda: result.as_dict()):
         async with httpx.AsyncClient(base_url=base_url, timeout=60) as http:
-            await _warm_up(base_url=base_url, model=model, seed=seed)
+            await warm_up(base_url=base_url, model=model, seed=seed)
             for number, cell in enumerate(cells):
                 if not await progress(done, total, cell.label):
                     result.cancelled = True
@@ -337,7 +337,7 @@ async def load_sweep(config: LoadConfig, *, base_url: str, model: str, progress:
     done = 0
     with keeps_partial(lambda: {"cells": result.cells, "cancelled": False} | load_summary(result.cells, config)):
         async with httpx.AsyncClient(base_url=base_url, timeout=60) as http:
-            await _warm_up(base_url=base_url, model=model, seed=config.seed)
+            await warm_up(base_url=base_url, model=model, seed=config.seed)
             for number, level in enumerate(config.levels):
                 label = config.level_label(level)
                 if not await progress(done, config.total_requests, label):

@@ -187,9 +187,9 @@ async def _prompts(questions: list[Any], **settings: Any) -> list[RagPrompt]:
 
 
 async def _warm(base_url: str, model: str, seed: int) -> None:
-    from bench.jobs import _warm_up
+    from bench.jobs import warm_up
 
-    await _warm_up(base_url=base_url, model=model, seed=seed)
+    await warm_up(base_url=base_url, model=model, seed=seed)
 
 
 # --- Lab 4 ------------------------------------------------------------------------------

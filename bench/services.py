@@ -23,6 +23,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.db.models.functions import Coalesce
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from bench import jobs
 from bench.models import BenchJob
@@ -71,6 +72,30 @@ def job_create(
         )
         transaction.on_commit(lambda: tasks.job_run.delay(job.pk))
     return job
+
+
+class JobsBusy(Exception):
+    """The owner already has BENCH_MAX_ACTIVE_JOBS_PER_USER jobs queued or running; nothing was made."""
+
+    def __init__(self, retry_after_s: int) -> None:
+        self.retry_after_s = retry_after_s
+        super().__init__(
+            _(
+                "바쁩니다: 먼저 낸 작업 %(most)d개가 아직 대기 중이거나 실행 중입니다. "
+                "먼저 낸 작업이 끝나면 다시 내세요 (%(s)d초 뒤 다시 시도)."
+            )
+            % {"most": settings.BENCH_MAX_ACTIVE_JOBS_PER_USER, "s": retry_after_s}
+        )
+
+
+def job_submit(
+    *, owner: AbstractBaseUser, kind: str, config: dict[str, Any], engine_url: str | None = None
+) -> BenchJob:
+    """``job_create`` for a person at a web page: refused with ``JobsBusy`` past the per-user limit."""
+    wait_s = busy_retry_after_s(owner=owner)
+    if wait_s is not None:
+        raise JobsBusy(wait_s)
+    return job_create(owner=owner, kind=kind, config=config, engine_url=engine_url)
 
 
 def job_config(kind: str, config: dict[str, Any]) -> jobs.JobConfig:

@@ -11,7 +11,6 @@ from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
-from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
@@ -89,13 +88,6 @@ def engine_max_model_len() -> int:
         return int(settings.VLLM_MAX_MODEL_LEN)
 
 
-def busy_message(wait_s: int) -> str:
-    return _(
-        "바쁩니다: 먼저 낸 작업 %(most)d개가 아직 대기 중이거나 실행 중입니다. "
-        "먼저 낸 작업이 끝나면 다시 내세요 (%(s)d초 뒤 다시 시도)."
-    ) % {"most": settings.BENCH_MAX_ACTIVE_JOBS_PER_USER, "s": wait_s}
-
-
 def job_for(request: HttpRequest, job_id: int) -> BenchJob:
     job = BenchJob.objects.filter(pk=job_id, owner_id=request.user.pk).first()
     if job is None:
@@ -108,17 +100,16 @@ def bench_list(request: HttpRequest) -> HttpResponse:
     services.jobs_reap_stale()
     form = JobForm(request.POST or None, request.FILES or None)
     if request.method == "POST" and form.is_valid():
-        wait_s = services.busy_retry_after_s(owner=request.user)  # type: ignore[arg-type]
-        if wait_s is None:
-            kind, config = form.cleaned_data["kind"], form.cleaned_data["config"]
-            job = services.job_create(
+        try:
+            job = services.job_submit(
                 owner=request.user,  # type: ignore[arg-type]
-                kind=kind,
-                config=config,
+                kind=form.cleaned_data["kind"],
+                config=form.cleaned_data["config"],
                 engine_url=engines.chosen_url(request.session),
             )
             return redirect("bench_detail", job_id=job.pk)
-        form.add_error(None, busy_message(wait_s))  # nothing is made: one of theirs has to end first
+        except services.JobsBusy as exc:
+            form.add_error(None, str(exc))  # nothing is made: one of theirs has to end first
     mine = BenchJob.objects.filter(owner_id=request.user.pk)[:50]
     queue = BenchJob.objects.filter(status__in=[BenchJob.Status.QUEUED, BenchJob.Status.RUNNING]).order_by("pk")
     queue_rows = [

@@ -14,6 +14,8 @@ from django.conf import settings
 from django.contrib.auth import login
 from django.contrib.auth.models import User
 from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.urls import reverse
 
 LOCAL_USERNAME = "learner"
 
@@ -35,4 +37,26 @@ class LocalLearnerMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         if settings.LAB_MODE == "local" and not request.user.is_authenticated:
             login(request, local_user(), backend="django.contrib.auth.backends.ModelBackend")
+        return self.get_response(request)
+
+
+MUST_CHANGE_PASSWORD = "must-change-password"  # noqa: S105 - session key set at a sign-in with a temporary password
+
+
+class PasswordChangeRequiredMiddleware:
+    """After a sign-in with a temporary password every page leads to the password change
+    until it is done; signing out, the language switch and static files stay reachable."""
+
+    OPEN_PREFIXES = ("/accounts/password_change/", "/accounts/logout/", "/i18n/", "/static/")
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if (
+            request.session.get(MUST_CHANGE_PASSWORD)
+            and request.user.is_authenticated
+            and not request.path.startswith(self.OPEN_PREFIXES)
+        ):
+            return redirect(reverse("password_change"))
         return self.get_response(request)

@@ -3,6 +3,7 @@ and the same question asked at two settings side by side with their timing panel
 
 from __future__ import annotations
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
@@ -11,7 +12,7 @@ from django.views.decorators.http import require_POST
 from bench import charts, engines, services
 from bench.models import BenchJob
 from rag.chunking import CHUNK_SIZES
-from rag.views import _chat_context
+from rag.views import chat_context
 
 TOP_KS = (1, 2, 4, 6, 8, 10)
 
@@ -34,7 +35,7 @@ def demo(request: HttpRequest) -> HttpResponse:
     job = None
     if request.GET.get("job", "").isdigit():
         job = BenchJob.objects.filter(pk=int(request.GET["job"]), owner_id=request.user.pk, kind="retrieval").first()
-    context = _chat_context(request, None) | {"job": job, "chunk_sizes": CHUNK_SIZES}
+    context = chat_context(request, None) | {"job": job, "chunk_sizes": CHUNK_SIZES}
     return render(request, "demo.html", context)
 
 
@@ -46,12 +47,16 @@ def demo_sweep(request: HttpRequest) -> HttpResponse:
         return int(value) if value.isdigit() else default
 
     config = sweep_settings(number("top_k_max", 6), number("chunk_size_max", 1000))
-    job = services.job_create(
-        owner=request.user,  # type: ignore[arg-type]
-        kind="retrieval",
-        config=config,
-        engine_url=engines.chosen_url(request.session),
-    )
+    try:
+        job = services.job_submit(
+            owner=request.user,  # type: ignore[arg-type]
+            kind="retrieval",
+            config=config,
+            engine_url=engines.chosen_url(request.session),
+        )
+    except services.JobsBusy as exc:
+        messages.error(request, str(exc))
+        return redirect("demo")
     return redirect(f"/demo/?job={job.pk}")
 
 

@@ -60,7 +60,10 @@ def lab_page(request: HttpRequest, number: int) -> HttpResponse:
 def lab_run(request: HttpRequest, number: int) -> HttpResponse:
     _lab(number)
     engine_url = engines.chosen_url(request.session)
-    lab_services.lab_run(user=request.user, number=number, engine_url=engine_url)  # type: ignore[arg-type]
+    try:
+        lab_services.lab_run(user=request.user, number=number, engine_url=engine_url)  # type: ignore[arg-type]
+    except services.JobsBusy as exc:
+        messages.error(request, str(exc))
     return redirect("lab_page", number=number)
 
 

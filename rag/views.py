@@ -70,7 +70,7 @@ def chat_labels() -> dict[str, str]:
     }
 
 
-def _chat_context(request: HttpRequest, conversation: Conversation | None) -> dict[str, Any]:
+def chat_context(request: HttpRequest, conversation: Conversation | None) -> dict[str, Any]:
     answers = list(conversation.answers.all()) if conversation else []
     return {
         "conversation": conversation,
@@ -86,14 +86,14 @@ def _chat_context(request: HttpRequest, conversation: Conversation | None) -> di
 @login_required
 @require_GET
 def chat_new(request: HttpRequest) -> HttpResponse:
-    return render(request, "rag/chat.html", _chat_context(request, None))
+    return render(request, "rag/chat.html", chat_context(request, None))
 
 
 @login_required
 @require_GET
 def chat_conversation(request: HttpRequest, conversation_id: int) -> HttpResponse:
     conversation = conversations.conversation_for(request.user, conversation_id)
-    return render(request, "rag/chat.html", _chat_context(request, conversation))
+    return render(request, "rag/chat.html", chat_context(request, conversation))
 
 
 @login_required

@@ -227,11 +227,15 @@ def test_the_instructor_sets_a_temporary_password_that_must_be_changed_at_sign_i
     learner = Client()
     signed_in = learner.post("/accounts/login/", {"username": "learner_a", "password": password})
     assert signed_in.status_code == 302 and signed_in["Location"] == "/accounts/password_change/"
+    for page in ("/", "/labs/", "/chat/", "/bench/"):  # every page leads to the change until it is done
+        assert learner.get(page)["Location"] == "/accounts/password_change/", page
+    assert learner.get("/accounts/password_change/").status_code == 200
     changed = learner.post(
         "/accounts/password_change/",
         {"old_password": password, "new_password1": "another-long-phrase", "new_password2": "another-long-phrase"},
     )
     assert changed.status_code == 302 and not TemporaryPassword.objects.filter(user=world.learner_a).exists()
+    assert learner.get("/labs/").status_code == 200  # free again in the same session
     again = Client().post("/accounts/login/", {"username": "learner_a", "password": "another-long-phrase"})
     assert again.status_code == 302 and again["Location"] == "/"
 

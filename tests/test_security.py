@@ -301,3 +301,17 @@ def test_the_wait_is_a_fixed_guess_when_no_job_has_progress(
     assert other.post("/bench/", {"kind": "speed"}).status_code == 302
     text = client.post("/bench/", {"kind": "speed"}).content.decode()
     assert f"{services.RETRY_GUESS_S}초 뒤 다시 시도" in text and len(made) == 1
+
+
+@pytest.mark.django_db
+def test_the_lab_run_button_and_the_demo_sweep_keep_the_same_job_limit(
+    bench_client: tuple[Client, list[dict[str, Any]]], settings: Any
+) -> None:
+    settings.BENCH_MAX_ACTIVE_JOBS_PER_USER = 1
+    client, made = bench_client
+    BenchJob.objects.create(owner=User.objects.get(username="learner1"), kind="speed", engine_url="http://x")
+    lab = client.post("/labs/1/run/", follow=True)
+    assert lab.status_code == 200 and "바쁩니다" in lab.content.decode()
+    demo = client.post("/demo/sweep/", {"top_k_max": "2", "chunk_size_max": "200"}, follow=True)
+    assert demo.status_code == 200 and "바쁩니다" in demo.content.decode()
+    assert made == []  # nothing was made at either door

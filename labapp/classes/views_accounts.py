@@ -16,6 +16,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.translation import gettext as _
 
+from labapp.accounts import MUST_CHANGE_PASSWORD
 from labapp.classes import services
 from labapp.classes.forms import SignUpForm
 
@@ -42,6 +43,7 @@ class SignInView(auth_views.LoginView):
     def form_valid(self, form: Any) -> HttpResponse:
         response = super().form_valid(form)
         if services.must_change_password(form.get_user()):
+            self.request.session[MUST_CHANGE_PASSWORD] = True  # every page leads here until it is changed
             messages.info(self.request, _("임시 비밀번호로 로그인했습니다. 나만 아는 비밀번호로 바꿔 주세요."))
             return redirect("password_change")
         return response
@@ -51,6 +53,7 @@ class PasswordChangeView(auth_views.PasswordChangeView):
     def form_valid(self, form: Any) -> HttpResponse:
         response = super().form_valid(form)
         services.password_changed(user=form.user)
+        self.request.session.pop(MUST_CHANGE_PASSWORD, None)
         return response
 
     def get_success_url(self) -> str:
