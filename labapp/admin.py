@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from labapp.models import Classroom, Membership
+from labapp.models import Assignment, Classroom, LabSubmission, Membership
 
 
 class MembershipInline(admin.TabularInline):  # type: ignore[type-arg]
@@ -9,8 +9,22 @@ class MembershipInline(admin.TabularInline):  # type: ignore[type-arg]
     autocomplete_fields = ["user"]
 
 
+class AssignmentInline(admin.TabularInline):  # type: ignore[type-arg]
+    model = Assignment
+    extra = 0
+
+
 @admin.register(Classroom)
 class ClassroomAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    list_display = ["name", "join_code", "created_at"]
+    list_display = ["name", "join_code", "join_open", "join_code_expires_at", "created_at"]
+    list_filter = ["join_open"]
     search_fields = ["name", "join_code"]
-    inlines = [MembershipInline]
+    inlines = [MembershipInline, AssignmentInline]
+
+
+@admin.register(LabSubmission)
+class LabSubmissionAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    list_display = ["user", "lab", "passed", "late", "submitted_at", "engine_url"]
+    list_filter = ["lab", "passed", "late"]
+    search_fields = ["user__username"]
+    raw_id_fields = ["user", "job"]

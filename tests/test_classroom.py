@@ -624,3 +624,15 @@ def test_the_class_pages_speak_english_when_it_is_chosen(class_mode: None, world
         assert "Join code" in page and "Assign a lab" in page and "가입 코드" not in page
         error = _signup(Client(HTTP_COOKIE="django_language=en"), "NOPE").context["form"].errors["join_code"][0]
         assert error.startswith("No class uses this join code")
+
+
+@pytest.mark.django_db
+def test_the_admin_lists_classes_with_their_join_settings_assignments_and_hand_ins(world: World) -> None:
+    User.objects.create_superuser("root-admin", "root@example.com", "a-long-admin-phrase")
+    admin = Client()
+    admin.force_login(User.objects.get(username="root-admin"))
+    listing = admin.get("/admin/labapp/classroom/")
+    assert listing.status_code == 200 and world.room_a.name in listing.content.decode()
+    change = admin.get(f"/admin/labapp/classroom/{world.room_a.pk}/change/")
+    assert change.status_code == 200 and "join_code_expires_at" in change.content.decode()
+    assert admin.get("/admin/labapp/labsubmission/").status_code == 200
