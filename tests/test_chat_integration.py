@@ -171,3 +171,8 @@ def test_the_overhead_benchmark_compares_the_chat_with_direct_vllm(chat: dict[st
     assert summary["direct_ttft_ms"] > 0 and summary["chat_ttft_ms"] > 0
     assert summary["chat_ttft_ms"] >= summary["chat_client_ttft_ms"]
     assert summary["ratio"] == pytest.approx(summary["chat_ttft_ms"] / summary["direct_ttft_ms"], rel=0.01)
+    cold_out = StringIO()
+    call_command("chat_overhead", web=chat["web"], runs=2, cold=True, json=True, stdout=cold_out)
+    cold = json.loads(cold_out.getvalue())
+    assert cold["cold"] and cold["runs"] == 2
+    assert cold["direct_ttft_ms"] > summary["direct_ttft_ms"]  # the whole prompt prefilled, not only the question

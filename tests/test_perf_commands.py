@@ -70,7 +70,7 @@ def test_make_perf_turns_each_commands_json_into_table_rows(monkeypatch: pytest.
 
     canned: dict[str, Any] = {
         "chat_overhead": {"ratio": 1.21, "chat_ttft_ms": 370.0, "direct_ttft_ms": 305.0, "overhead_ms": 70.0,
-                          "retrieval_ms": 49.0, "overhead_without_retrieval_ms": 17.0},
+                          "retrieval_ms": 49.0, "overhead_without_retrieval_ms": 17.0, "prompt_tokens": 612},
         "bench_fidelity": {"ours": {"median_ttft_ms": 396.0, "median_tpot_ms": 28.5, "output_throughput": 101.0},
                            "vllm": {"median_ttft_ms": 393.5, "median_tpot_ms": 31.5, "output_throughput": 94.3}},
         "bench_client_overhead": {"levels": [
@@ -84,7 +84,9 @@ def test_make_perf_turns_each_commands_json_into_table_rows(monkeypatch: pytest.
     rows = perf.chat_rows("http://x", quick=True) + perf.fidelity_rows(quick=True) + perf.client_rows(quick=True)
     rows += perf.retrieval_rows(quick=True) + perf.decode_rows(quick=True)
     text = {what: figure for what, figure, _ in rows}
-    assert text["chat TTFT vs direct vLLM (ratio)"].startswith("1.210")
+    assert text["chat TTFT vs direct vLLM (ratio), shared prefix cached"].startswith("1.210")
+    assert "612 prompt tokens" in text["chat TTFT vs direct vLLM (ratio), prefix cache emptied before each"]
+    assert any(command.endswith("--cold") for _, _, command in rows)
     assert text["our runner / vllm bench serve: median TTFT"] == "1.006"
     assert text["client capacity before client queueing > 1 ms (p50)"].startswith("1 concurrent")
     assert "p95 60.0 ms" in text["retrieval at 1000 chunks (embed + hybrid search)"]

@@ -4,9 +4,11 @@ For each run it asks one question through the real chat websocket (retrieval,
 prompt assembly, our client, Daphne, the socket) and sends the very same prompt
 straight to vLLM, alternating which goes first. Each question carries a fresh
 nonce at the end, so both requests find the same prefix cache state: the shared
-instructions and chunks cached, the question itself not.
+instructions and chunks cached, the question itself not. With ``--cold`` the engine's
+prefix cache is emptied (``POST /reset_prefix_cache``, the embedded engine's dev mode)
+before each request, so both prefill the whole prompt: the TTFT of a first question.
 
-    python manage.py chat_overhead --web http://127.0.0.1:8000 --runs 10
+    python manage.py chat_overhead --web http://127.0.0.1:8000 --runs 10 [--cold]
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ class Command(BaseCommand):
             default=1.5,
             help="seconds of quiet before each request (vLLM's CPU worker busy-polls for 1 s after each step)",
         )
+        parser.add_argument(
+            "--cold", action="store_true", help="empty vLLM's prefix cache before every request (whole-prompt prefill)"
+        )
         parser.add_argument("--cookie", default="", help="a signed-in session cookie (class mode)")
         parser.add_argument("--json", action="store_true", help="print the summary as JSON")
 
@@ -58,7 +63,7 @@ class Command(BaseCommand):
             return
         self.stdout.write(
             f"runs {summary['runs']}, top-k {options['top_k']}, max_tokens {options['max_tokens']}, "
-            f"pause {options['pause']} s, "
+            f"pause {options['pause']} s, {'cold' if options.get('cold') else 'warm'} prefix cache, "
             f"prompt ~{summary['prompt_tokens']} tokens, model {summary['model']}"
         )
         rows = [
@@ -88,9 +93,20 @@ async def _cookie(web: str, given: str) -> str:
         return f"sessionid={session}"
 
 
-async def _chat(socket: Any, ask_id: str, question: str, options: dict[str, Any]) -> tuple[float, dict[str, Any]]:
-    settings = {"top_k": options["top_k"], "max_tokens": options["max_tokens"], "temperature": 0}
+async def _quiet(options: dict[str, Any], engine: httpx.AsyncClient) -> None:
+    """The pause before a request; with --cold the prefix cache is emptied first."""
+    if options.get("cold"):
+        outcome = await vllm_client.reset_prefix_cache(engine)
+        if outcome != "ok":
+            raise CommandError(f"--cold needs an engine that can empty its prefix cache: {outcome}")
     await asyncio.sleep(options.get("pause", 0))
+
+
+async def _chat(
+    socket: Any, ask_id: str, question: str, options: dict[str, Any], engine: httpx.AsyncClient
+) -> tuple[float, dict[str, Any]]:
+    settings = {"top_k": options["top_k"], "max_tokens": options["max_tokens"], "temperature": 0}
+    await _quiet(options, engine)
     sent = time.perf_counter()
     await socket.send(json.dumps({"type": "ask", "id": ask_id, "question": question, "settings": settings}))
     first: float | None = None
@@ -121,14 +137,14 @@ async def measure(options: dict[str, Any]) -> dict[str, Any]:
         httpx.AsyncClient(base_url=vllm_client.base_url(), timeout=300) as http,
     ):
         # One warm-up of each path: loads the embedding model and caches the shared prefix.
-        _, warm = await _chat(socket, "warm", f"{QUESTION} ({uuid.uuid4().hex[:8]})", options)
+        _, warm = await _chat(socket, "warm", f"{QUESTION} ({uuid.uuid4().hex[:8]})", options, http)
         await vllm_client.stream_completion(warm["prompt"], max_tokens=1, model=model, client=http)
         for run in range(options["runs"]):
             nonce, other = uuid.uuid4().hex[:8], uuid.uuid4().hex[:8]
             question = f"{QUESTION} ({nonce})"
 
             async def direct(prompt: str) -> float:
-                await asyncio.sleep(options["pause"])
+                await _quiet(options, http)
                 record = await vllm_client.stream_completion(
                     prompt,
                     max_tokens=options["max_tokens"],
@@ -141,12 +157,12 @@ async def measure(options: dict[str, Any]) -> dict[str, Any]:
                 return record.ttft * 1000
 
             if run % 2 == 0:
-                chat_ttft, answer = await _chat(socket, f"r{run}", question, options)
+                chat_ttft, answer = await _chat(socket, f"r{run}", question, options, http)
                 direct_ttft = await direct(answer["prompt"].replace(nonce, other))
             else:
                 # Direct first needs the prompt the chat will build: take the warm-up's, with this nonce.
                 direct_ttft = await direct(warm["prompt"].replace(warm["question"], f"{QUESTION} ({other})"))
-                chat_ttft, answer = await _chat(socket, f"r{run}", question, options)
+                chat_ttft, answer = await _chat(socket, f"r{run}", question, options, http)
             t = answer["timings"]
             prompt_tokens = t["tokens"]["prompt"]
             rows.append(
@@ -166,6 +182,7 @@ async def measure(options: dict[str, Any]) -> dict[str, Any]:
     overhead = [r["chat"] - r["direct"] for r in rows]
     return {
         "runs": len(rows),
+        "cold": bool(options.get("cold")),
         "model": model,
         "prompt_tokens": prompt_tokens,
         "direct_ttft_ms": median("direct"),
