@@ -76,6 +76,7 @@ class RunResult:
     ended: float  # end of the last request
     max_concurrent: int
     warmup: list[RequestRecord] = field(default_factory=list)
+    client_cpu_s: float = 0.0  # this process's CPU time over the measured requests (not the warm-up)
 
     @property
     def duration(self) -> float:
@@ -129,6 +130,7 @@ async def run(
         in_flight = 0
         peak = 0
         done = 0
+        cpu_started = time.process_time()
         started = time.perf_counter()
 
         async def send(index: int) -> None:
@@ -153,8 +155,11 @@ async def run(
                 await on_done(done, len(specs), record)
 
         await asyncio.gather(*(send(i) for i in range(len(specs))))
+        cpu_s = time.process_time() - cpu_started
     ended = max((r.t_end for r in records if r.t_end is not None), default=started)
-    return RunResult(records=records, started=started, ended=ended, max_concurrent=peak, warmup=warm)
+    return RunResult(
+        records=records, started=started, ended=ended, max_concurrent=peak, warmup=warm, client_cpu_s=cpu_s
+    )
 
 
 def result_json(result: RunResult, summary: dict[str, Any], *, model: str, shape: LoadShape) -> dict[str, Any]:

@@ -72,7 +72,13 @@ def chat_rows(web: str, quick: bool) -> list[Row]:
 
 
 def fidelity_rows(quick: bool) -> list[Row]:
-    options = {"num_prompts": 8 if quick else 16, "input_len": 256, "output_len": 32, "concurrency": 4}
+    options = {
+        "num_prompts": 8 if quick else 16,
+        "input_len": 256,
+        "output_len": 32,
+        "concurrency": 4,
+        "rounds": 2 if quick else 4,
+    }
     r = _run("bench_fidelity", **options)
     assert isinstance(r, dict)
     command = _command("bench_fidelity", options)
@@ -84,6 +90,8 @@ def fidelity_rows(quick: bool) -> list[Row]:
     ):
         ours, theirs = r["ours"][key], r["vllm"][key]
         rows.append((f"our runner / vllm bench serve: {label}", f"{ours / theirs:.3f}", command))
+    cpu_ours, cpu_theirs = r["ours"].get("client_cpu_s", 0.0), r["vllm"].get("client_cpu_s", 0.0)
+    rows.append(("  client CPU during the run: ours / vLLM's", f"{cpu_ours:.2f} s / {cpu_theirs:.2f} s", command))
     return rows
 
 
@@ -140,10 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     from django.core.management import call_command
 
     from labapp.stack import launch
-    from labapp.stack.components import BUILDERS
 
     log_dir = Path(settings.DATA_DIR) / "perf" / "logs"
-    started: list[launch.Service] = []
     sections: dict[str, Callable[[], list[Row]]] = {
         "chat": lambda: chat_rows(f"http://127.0.0.1:{settings.WEB_PORT}", args.quick),
         "fidelity": lambda: fidelity_rows(args.quick),
@@ -156,16 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown sections: {', '.join(unknown)}")
     rows: list[Row] = []
+    started = launch.start_missing(("redis", "chroma", "engine", "web"), log_dir, tag="perf")
     try:
-        for name in ("redis", "chroma", "engine", "web"):
-            component = BUILDERS[name]()
-            if component.external or (component.ready is not None and component.ready()):
-                print(f"[perf] {name}: already running", flush=True)
-                continue
-            print(f"[perf] starting {name}", flush=True)
-            started.append(launch.start(name, log_dir))
-        for service in started:
-            print(f"[perf] {service.component.name} ready in {service.wait_ready():.0f} s", flush=True)
         call_command("migrate", verbosity=0)
         call_command("load_chapter", verbosity=0)
         call_command("build_index", wait=120, verbosity=0)

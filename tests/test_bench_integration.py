@@ -31,8 +31,12 @@ def test_the_runner_measures_the_real_engine_at_a_fixed_concurrency(engine: str)
 
 def test_bench_fidelity_runs_vllm_bench_serve_and_our_runner_on_the_same_workload(engine: str) -> None:
     out = StringIO()
-    call_command("bench_fidelity", num_prompts=4, input_len=64, output_len=8, concurrency=2, json=True, stdout=out)
+    call_command(
+        "bench_fidelity", num_prompts=4, input_len=64, output_len=8, concurrency=2, rounds=2, json=True, stdout=out
+    )
     report = json.loads(out.getvalue())
+    assert [r["first"] for r in report["rounds"]] == ["vllm", "ours"]  # who goes first alternates
+    assert report["vllm"]["client_cpu_s"] > 0 and report["ours"]["client_cpu_s"] > 0
     assert report["vllm"]["completed"] == report["ours"]["completed"] == 4
     assert report["prompt_tokens"]["vllm"] == report["prompt_tokens"]["ours"] == 64
     for key in ("median_ttft_ms", "median_tpot_ms", "output_throughput"):

@@ -71,8 +71,10 @@ def test_make_perf_turns_each_commands_json_into_table_rows(monkeypatch: pytest.
     canned: dict[str, Any] = {
         "chat_overhead": {"ratio": 1.21, "chat_ttft_ms": 370.0, "direct_ttft_ms": 305.0, "overhead_ms": 70.0,
                           "retrieval_ms": 49.0, "overhead_without_retrieval_ms": 17.0, "prompt_tokens": 612},
-        "bench_fidelity": {"ours": {"median_ttft_ms": 396.0, "median_tpot_ms": 28.5, "output_throughput": 101.0},
-                           "vllm": {"median_ttft_ms": 393.5, "median_tpot_ms": 31.5, "output_throughput": 94.3}},
+        "bench_fidelity": {"ours": {"median_ttft_ms": 396.0, "median_tpot_ms": 28.5, "output_throughput": 101.0,
+                                    "client_cpu_s": 1.5},
+                           "vllm": {"median_ttft_ms": 393.5, "median_tpot_ms": 31.5, "output_throughput": 94.3,
+                                    "client_cpu_s": 2.25}},
         "bench_client_overhead": {"levels": [
             {"concurrency": 1, "first": {"client_queue_ms": {"p50": 0.15}}, "requests_per_s": 7.9},
             {"concurrency": 8, "first": {"client_queue_ms": {"p50": 2.4}}, "requests_per_s": 57.7}]},
@@ -88,6 +90,7 @@ def test_make_perf_turns_each_commands_json_into_table_rows(monkeypatch: pytest.
     assert "612 prompt tokens" in text["chat TTFT vs direct vLLM (ratio), prefix cache emptied before each"]
     assert any(command.endswith("--cold") for _, _, command in rows)
     assert text["our runner / vllm bench serve: median TTFT"] == "1.006"
+    assert text["  client CPU during the run: ours / vLLM's"] == "1.50 s / 2.25 s"
     assert text["client capacity before client queueing > 1 ms (p50)"].startswith("1 concurrent")
     assert "p95 60.0 ms" in text["retrieval at 1000 chunks (embed + hybrid search)"]
     assert text["measured TPOT / memory-bandwidth bound"].startswith("1.40")

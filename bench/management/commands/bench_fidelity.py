@@ -3,15 +3,20 @@
 Both get prompts of the same exact token length and the same output length
 (``ignore_eos``), at the same concurrency, but different prompt texts, so neither
 finds the other's prefixes in vLLM's prefix cache. Prints median TTFT, median
-TPOT and output throughput side by side with their ratios (ours / vLLM's).
+TPOT and output throughput side by side with their ratios (ours / vLLM's), and
+the CPU time each client spent during its run (on a small machine the client
+shares the cores with the engine). ``--rounds N`` runs N pairs, alternating which
+client goes first, on fresh prompts each time, and reports medians over the rounds.
 
-    python manage.py bench_fidelity --num-prompts 16 --input-len 256 --output-len 32 --concurrency 4
+    python manage.py bench_fidelity --num-prompts 16 --input-len 256 --output-len 32 --concurrency 4 --rounds 4
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import statistics
 import subprocess
 import tempfile
 from pathlib import Path
@@ -35,6 +40,7 @@ COMPARED = [
     ("median E2EL (ms)", "median_e2el_ms"),
     ("output throughput (tok/s)", "output_throughput"),
 ]
+RATIO_KEYS = ("median_ttft_ms", "median_tpot_ms", "output_throughput")
 
 
 class Command(BaseCommand):
@@ -45,11 +51,14 @@ class Command(BaseCommand):
         parser.add_argument("--input-len", type=int, default=256)
         parser.add_argument("--output-len", type=int, default=32)
         parser.add_argument("--concurrency", type=int, default=4)
+        parser.add_argument(
+            "--rounds", type=int, default=1, help="pairs of runs; who goes first alternates (vLLM's client in round 1)"
+        )
         parser.add_argument("--tokenizer", default="", help="tokenizer path for vllm bench serve (external engines)")
         parser.add_argument("--json", action="store_true")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        for name in ("num_prompts", "input_len", "output_len", "concurrency"):
+        for name in ("num_prompts", "input_len", "output_len", "concurrency", "rounds"):
             if options[name] < 1:
                 raise CommandError(f"--{name.replace('_', '-')} must be at least 1")
         if not ENGINE_PYTHON.exists():
@@ -74,20 +83,57 @@ class Command(BaseCommand):
             f"{'our TTFT on first chunk':<28}{'':>18}{report['ours']['median_first_chunk_ttft_ms']:>12.2f}"
             "  (vllm bench serve latches on the first chunk with choices)"
         )
+        theirs_cpu, ours_cpu = report["vllm"]["client_cpu_s"], report["ours"]["client_cpu_s"]
+        self.stdout.write(f"{'client CPU during the run (s)':<28}{theirs_cpu:>18.2f}{ours_cpu:>12.2f}")
+        if len(report["rounds"]) > 1:
+            self.stdout.write("per round (ours / vLLM's): first, median TTFT, median TPOT, output throughput")
+            for r in report["rounds"]:
+                ratios = [r["ours"][k] / r["vllm"][k] if r["vllm"][k] else float("nan") for k in RATIO_KEYS]
+                self.stdout.write(f"  {r['first']:<6}" + "".join(f"{x:>8.3f}" for x in ratios))
 
 
-async def compare(options: dict[str, Any]) -> dict[str, Any]:
-    base = vllm_client.base_url()
-    model = await asyncio.to_thread(vllm_client.model_name)
-    tokenizer = options["tokenizer"] or (str(embedded_model_dir()) if settings.VLLM_EMBEDDED else model)
-    n, output_len = options["num_prompts"], options["output_len"]
-    async with httpx.AsyncClient(base_url=base, timeout=60) as http:
-        theirs_prompts = await synthetic_prompts(n, options["input_len"], seed=101, model=model, client=http)
-        our_prompts = await synthetic_prompts(n, options["input_len"], seed=202, model=model, client=http)
-        warm_prompts = await synthetic_prompts(2, options["input_len"], seed=303, model=model, client=http)
+def _cpu_ticks(pid: int) -> int:
+    """User + system CPU clock ticks a process has used so far (Linux /proc), 0 when unknown."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def _run_vllm_bench_serve(command: list[str]) -> tuple[int, str, float]:
+    """Run vLLM's client; returns (exit code, its output, CPU seconds it used during the main run).
+
+    The CPU is read from /proc when the client prints that the main run starts and again
+    when it prints its result table, so its imports and start-up are not counted.
+    """
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "VLLM_NO_USAGE_STATS": "1", "PYTHONUNBUFFERED": "1"},
+    )
+    assert process.stdout is not None
+    lines: list[str] = []
+    began = ended = 0
+    for line in process.stdout:
+        lines.append(line)
+        if "Starting main benchmark run" in line:
+            began = _cpu_ticks(process.pid)
+        elif "Serving Benchmark Result" in line and not ended:
+            ended = _cpu_ticks(process.pid)
+    code = process.wait(timeout=1800)
+    cpu_s = (ended - began) / os.sysconf("SC_CLK_TCK") if began and ended > began else 0.0
+    return code, "".join(lines), cpu_s
+
+
+async def _theirs(
+    options: dict[str, Any], prompts: list[str], *, base: str, model: str, tokenizer: str
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="fidelity-") as folder:
         dataset = Path(folder) / "prompts.jsonl"
-        dataset.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in theirs_prompts))
+        dataset.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts))
         command = [
             str(ENGINE_PYTHON),
             str(ROOT / "bench" / "vllm_bench_serve.py"),
@@ -99,10 +145,10 @@ async def compare(options: dict[str, Any]) -> dict[str, Any]:
             "--tokenizer", tokenizer,
             "--dataset-name", "custom",
             "--dataset-path", str(dataset),
-            "--custom-output-len", str(output_len),
+            "--custom-output-len", str(options["output_len"]),
             "--skip-chat-template",
             "--disable-shuffle",
-            "--num-prompts", str(n),
+            "--num-prompts", str(len(prompts)),
             "--max-concurrency", str(options["concurrency"]),
             "--request-rate", "inf",
             "--ignore-eos",
@@ -113,31 +159,71 @@ async def compare(options: dict[str, Any]) -> dict[str, Any]:
             "--result-dir", folder,
             "--result-filename", "vllm.json",
         ]  # fmt: skip
-        done = await asyncio.to_thread(
-            subprocess.run,
-            command,
-            capture_output=True,
-            text=True,
-            env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "VLLM_NO_USAGE_STATS": "1"},
-            timeout=1800,
-        )
-        if done.returncode != 0:
-            raise CommandError(f"vllm bench serve failed ({done.returncode}):\n{done.stderr[-3000:]}")
+        code, output, cpu_s = await asyncio.to_thread(_run_vllm_bench_serve, command)
+        if code != 0:
+            raise CommandError(f"vllm bench serve failed ({code}):\n{output[-3000:]}")
         theirs = json.loads((Path(folder) / "vllm.json").read_text())
+    input_lens = theirs.get("input_lens") or []
+    return {key: float(theirs.get(key) or 0.0) for _, key in COMPARED} | {
+        "completed": theirs.get("completed"),
+        "prompt_tokens": sum(input_lens) / max(1, len(input_lens)),
+        "client_cpu_s": round(cpu_s, 3),
+    }
+
+
+async def _ours(
+    options: dict[str, Any], prompts: list[str], warm_prompts: list[str], *, base: str, model: str
+) -> dict[str, Any]:
+    output_len = options["output_len"]
     shape = runner.LoadShape(concurrency=options["concurrency"])
-    specs = [runner.RequestSpec(prompt=p, max_tokens=output_len) for p in our_prompts]
+    specs = [runner.RequestSpec(prompt=p, max_tokens=output_len) for p in prompts]
     warm = [runner.RequestSpec(prompt=p, max_tokens=output_len) for p in warm_prompts]
     result = await runner.run(specs, base_url=base, model=model, shape=shape, warmup=warm)
     ours = summarize(result.records, duration=result.duration, max_concurrent_requests=result.max_concurrent)
     first_chunks = sorted((r.first_chunk or 0) * 1000 for r in result.records if r.success)
-    ours["median_first_chunk_ttft_ms"] = first_chunks[len(first_chunks) // 2] if first_chunks else 0.0
+    return {key: float(ours[key] or 0.0) for _, key in COMPARED} | {
+        "completed": ours["completed"],
+        "median_first_chunk_ttft_ms": first_chunks[len(first_chunks) // 2] if first_chunks else 0.0,
+        "prompt_tokens": ours["total_input_tokens"] / max(1, ours["completed"]),
+        # process CPU over the measured requests only (the warm-up runs before the clock starts)
+        "client_cpu_s": round(result.client_cpu_s, 3),
+    }
+
+
+def _median_of_rounds(rounds: list[dict[str, Any]], side: str) -> dict[str, Any]:
+    keys = [key for key, value in rounds[0][side].items() if isinstance(value, int | float)]
+    merged: dict[str, Any] = {key: statistics.median(r[side][key] for r in rounds) for key in keys}
+    merged["completed"] = sum(int(r[side]["completed"] or 0) for r in rounds) // len(rounds)
+    return merged
+
+
+async def compare(options: dict[str, Any]) -> dict[str, Any]:
+    """``rounds`` pairs of runs, alternating who goes first (vLLM's client first in even
+    rounds), each on its own fresh prompts; the figures are medians over the rounds."""
+    base = vllm_client.base_url()
+    model = await asyncio.to_thread(vllm_client.model_name)
+    tokenizer = options["tokenizer"] or (str(embedded_model_dir()) if settings.VLLM_EMBEDDED else model)
+    n = options["num_prompts"]
+    rounds: list[dict[str, Any]] = []
+    for number in range(options.get("rounds") or 1):
+        async with httpx.AsyncClient(base_url=base, timeout=60) as http:
+            seed = 1000 * (number + 1)
+            theirs_prompts = await synthetic_prompts(n, options["input_len"], seed=seed + 101, model=model, client=http)
+            our_prompts = await synthetic_prompts(n, options["input_len"], seed=seed + 202, model=model, client=http)
+            warm_prompts = await synthetic_prompts(2, options["input_len"], seed=seed + 303, model=model, client=http)
+        vllm_first = number % 2 == 0
+        if vllm_first:
+            theirs = await _theirs(options, theirs_prompts, base=base, model=model, tokenizer=tokenizer)
+            ours = await _ours(options, our_prompts, warm_prompts, base=base, model=model)
+        else:
+            ours = await _ours(options, our_prompts, warm_prompts, base=base, model=model)
+            theirs = await _theirs(options, theirs_prompts, base=base, model=model, tokenizer=tokenizer)
+        rounds.append({"first": "vllm" if vllm_first else "ours", "vllm": theirs, "ours": ours})
+    vllm, ours = _median_of_rounds(rounds, "vllm"), _median_of_rounds(rounds, "ours")
     return {
         "model": model,
-        "vllm": {key: float(theirs.get(key) or 0.0) for _, key in COMPARED} | {"completed": theirs.get("completed")},
-        "ours": {key: float(ours[key] or 0.0) for _, key in COMPARED}
-        | {"completed": ours["completed"], "median_first_chunk_ttft_ms": ours["median_first_chunk_ttft_ms"]},
-        "prompt_tokens": {
-            "vllm": sum(theirs.get("input_lens") or []) / max(1, len(theirs.get("input_lens") or [])),
-            "ours": ours["total_input_tokens"] / max(1, ours["completed"]),
-        },
+        "rounds": rounds,
+        "vllm": vllm,
+        "ours": ours,
+        "prompt_tokens": {"vllm": vllm.pop("prompt_tokens"), "ours": ours.pop("prompt_tokens")},
     }
