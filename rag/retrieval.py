@@ -84,7 +84,7 @@ def _lexical_index(name: str, where: dict[str, Any]) -> tuple[lexical.BM25Index,
 
     key = f"{name}:{sorted(where.items())!r}"
     latest = IndexedSource.objects.filter(collection=name).aggregate(latest=Max("indexed_at"))["latest"]
-    version = (vectorstore.count(name), str(latest))
+    version = (vectorstore.count(name, where), str(latest))
     with _lexical_lock:
         cached = _lexical_cache.get(key)
         if cached and cached[0] == version:

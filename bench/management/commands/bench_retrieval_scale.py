@@ -44,7 +44,7 @@ def fill(name: str, size: int, *, seed: int = 7) -> float:
         return 0.0
     started = time.perf_counter()
     if vectorstore.count(name):
-        vectorstore.client().delete_collection(name)  # a different size: start over
+        vectorstore.drop(name)  # a different size: start over
     rng = random.Random(seed)
     words = _vocabulary()
     for start in range(0, size, BATCH):

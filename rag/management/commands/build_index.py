@@ -25,6 +25,8 @@ class Command(BaseCommand):
                     raise CommandError(f"search index not built: {exc}") from None
                 time.sleep(1)
         started = time.monotonic()
+        for name, moved in vectorstore.partition_unsplit():
+            self.stdout.write(f"index: {name} moved into per-chunk-size partitions ({moved} chunks)")
         report = chapter_index(force=options["force"])
         self.stdout.write(
             f"index: {report.indexed} pages embedded, {report.skipped} unchanged, "
