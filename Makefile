@@ -16,7 +16,7 @@ ifeq ($(strip $(VLLM_BASE_URL)),)
 ENGINE_DEPS := $(ENGINE_VENV)/.installed $(if $(strip $(VLLM_MODEL)),,$(MODEL_DIR)/config.json)
 endif
 
-.PHONY: run test setup lint lock engine clean-data perf
+.PHONY: run test setup lint lock engine clean-data perf load
 .DEFAULT_GOAL := run
 
 $(VENV)/.installed: requirements.lock
@@ -70,6 +70,10 @@ test: $(VENV)/.installed $(ENGINE_DEPS) $(BROWSER_DEPS)
 # Benchmarks that print the project's speed as ratios (not pass/fail); PERF_ARGS=--quick for a short run.
 perf: setup
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m labapp.perf $(PERF_ARGS)
+
+# The load test at full size (50 chat websockets, 30 browsing users, a benchmark job); LOAD_ARGS=--reduced for CI's size.
+load: setup
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m labapp.loadtest $(LOAD_ARGS)
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

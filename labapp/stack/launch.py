@@ -65,3 +65,28 @@ def start(name: str, log_dir: Path) -> Service:
         component.command, env=os.environ | component.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
     )
     return Service(component, process, log_path, time.monotonic())
+
+
+def start_missing(names: tuple[str, ...], log_dir: Path, *, tag: str) -> list[Service]:
+    """Start each named component that is neither external nor already answering; wait until all are ready.
+
+    For commands run beside a ``make run`` that may or may not be up (``make perf``,
+    ``make load``): what is running is reused, what was started is returned, for the
+    caller to stop.
+    """
+    started: list[Service] = []
+    try:
+        for name in names:
+            component = BUILDERS[name]()
+            if component.external or (component.ready is not None and component.ready()):
+                print(f"[{tag}] {name}: already running", flush=True)
+                continue
+            print(f"[{tag}] starting {name}", flush=True)
+            started.append(start(name, log_dir))
+        for service in started:
+            print(f"[{tag}] {service.component.name} ready in {service.wait_ready():.0f} s", flush=True)
+    except BaseException:
+        for service in reversed(started):
+            service.stop()
+        raise
+    return started

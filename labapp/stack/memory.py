@@ -2,7 +2,8 @@
 
 Samples the proportional set size (PSS: shared pages split between the processes
 that share them, so nothing is counted twice) of PID and all its descendants
-every two seconds, and prints the peak in total and per command.
+every two seconds, and prints the peak in total and per command. Also the resident
+memory of one server and how to find the stack's web server and worker (the load test).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import contextlib
 import sys
 import time
 from collections import defaultdict
+from typing import Any
 
 import psutil
 
@@ -32,6 +34,53 @@ def sample(root: psutil.Process) -> dict[str, int]:
         with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
             usage[_label(process)] += process.memory_full_info().pss
     return dict(usage)
+
+
+def rss_mib(pid: int) -> float | None:
+    """Resident memory of a process and all its descendants, MiB (None when it is gone)."""
+    try:
+        root = psutil.Process(pid)
+        total = 0
+        for process in [root, *root.children(recursive=True)]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                total += process.memory_info().rss
+        return round(total / 2**20, 1)
+    except psutil.NoSuchProcess:
+        return None
+
+
+def _connections(process: psutil.Process) -> list[Any]:
+    try:
+        return list(process.net_connections(kind="tcp"))
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return []
+
+
+def find_web_pid(port: int) -> int | None:
+    """The process listening on the web server's port."""
+    for process in psutil.process_iter():
+        for conn in _connections(process):
+            if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port:
+                return int(process.pid)
+    return None
+
+
+def find_worker_pid(redis_port: int) -> int | None:
+    """The topmost Celery worker process connected to this stack's Redis."""
+    found: set[int] = set()
+    for process in psutil.process_iter():
+        try:
+            words = process.cmdline()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if "celery" in " ".join(words) and "worker" in words:
+            if any(c.raddr and c.raddr.port == redis_port for c in _connections(process)):
+                found.add(int(process.pid))
+    for pid in sorted(found):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if psutil.Process(pid).ppid() not in found:
+                return pid
+    return None
 
 
 def main() -> int:

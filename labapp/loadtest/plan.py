@@ -1,0 +1,57 @@
+"""What a load run is asked to do, and what each ask and round came back with."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class LoadPlan:
+    sockets: int = 50
+    tab_pairs: int = 10  # users with two sockets (two tabs); the other sockets have a user each
+    browsers: int = 30  # users fetching pages; one in ten (at least one) is an instructor of the class
+    rounds: int = 2  # RSS is read before the first and after each; the last round must not grow it
+    asks: int = 1  # questions per socket per round, one after the other
+    max_tokens: int = 32
+    top_k: int = 2
+    job: bool = True
+    think_s: float = 1.0  # a browser's pause between two pages
+    round_limit_s: float = 600.0  # a round still running after this is stopped and its asks fail
+    job_wait_s: float = 300.0  # after the last round, how long to wait for the job to finish
+    rss_bound_mib: float = 64.0
+
+    def check(self) -> None:
+        if self.sockets < 1 or self.tab_pairs < 0 or 2 * self.tab_pairs > self.sockets:
+            raise ValueError("need at least one socket and at most sockets/2 tab pairs")
+        if self.browsers < 1 or self.rounds < 2 or self.asks < 1:
+            raise ValueError("need at least one browser, two rounds and one ask per socket")
+
+
+FULL = LoadPlan()
+REDUCED = LoadPlan(sockets=12, tab_pairs=3, browsers=6)
+
+
+@dataclass
+class AskResult:
+    socket: int
+    client_id: str
+    marker: str
+    answer_id: int | None = None
+    status: str = "unanswered"  # the done frame's status, or error / timeout / closed
+    error: str = ""
+    tokens: int = 0
+    ttft_ms: float | None = None
+    first_delay_ms: float | None = None
+    last_delay_ms: float | None = None
+    overhead_saved_ms: float | None = None  # what the server's overhead frame sent back
+    gaps_ms: list[float] = field(default_factory=list)
+
+
+@dataclass
+class RoundResult:
+    asks: list[AskResult] = field(default_factory=list)
+    pages: list[tuple[str, int, float]] = field(default_factory=list)  # path, status (0: no answer), ms
+    misdelivered: list[str] = field(default_factory=list)
+    socket_errors: list[str] = field(default_factory=list)
+    refused_handshakes: list[str] = field(default_factory=list)  # tried again, as the chat page does
+    seconds: float = 0.0
