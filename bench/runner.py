@@ -118,7 +118,7 @@ async def run(
     on_done: OnDone | None = None,
 ) -> RunResult:
     """Send ``warmup`` one by one (kept apart, not measured), then ``specs`` under ``shape``."""
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None, keepalive_expiry=2.0)
     async with httpx.AsyncClient(base_url=base_url, timeout=timeout, limits=limits) as client:
         warm = [
             await _one(spec, model=model, client=client, timeout=timeout, record=RequestRecord())

@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 CLOSE_SIGNED_OUT = 1008  # WebSocket "policy violation": this session may no longer use the socket
 SIGNED_OUT = "user.signed_out"
 LAYER_TIMEOUT_S = 2.0  # sign-out and connect never wait longer than this on an unreachable layer
+RETRY_FIRST_S, RETRY_MAX_S = 0.5, 5.0  # a watch whose layer failed tries again after 0.5, 1, 1.5 … 5 s
 
 
 def user_group(user_id: object) -> str:
@@ -75,7 +76,8 @@ class SignOutWatch:
     """For a consumer without a channel layer of its own (chat): its own channel in the
     user's group, listened to by a task, calling ``on_sign_out`` when the session ends.
 
-    Never raises: without a reachable layer the socket simply has no watch.
+    Never raises: without a reachable layer at connect the socket simply has no watch; a
+    layer failing later is retried until the socket closes.
     """
 
     def __init__(self, *, user_id: object, session_key: str | None, on_sign_out: Callable[[], Awaitable[None]]):
@@ -101,16 +103,25 @@ class SignOutWatch:
 
     async def _listen(self) -> None:
         assert self.layer is not None
-        try:
-            while True:
+        failures = 0
+        while True:
+            try:
                 event = await self.layer.receive(self.channel)
+                failures = 0
                 if event.get("type") == SIGNED_OUT and await ends_session(event, self.session_key):
                     await self.on_sign_out()
                     return
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # the layer went away: the socket goes on without the watch
-            log.warning("socket sign-out watch stopped (%s: %s)", type(exc).__name__, exc)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                # A slow or restarted Redis (read timeouts under load): wait, join the group
+                # again (a restarted Redis forgot it) and go on watching.
+                failures += 1
+                if failures == 1:
+                    log.warning("socket sign-out watch: %s: %s; retrying", type(exc).__name__, exc)
+                await asyncio.sleep(min(RETRY_MAX_S, RETRY_FIRST_S * failures))
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(self.layer.group_add(self.group, self.channel), LAYER_TIMEOUT_S)
 
     async def stop(self) -> None:
         task, self.task = self.task, None

@@ -83,6 +83,11 @@ _clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, httpx.A
 )
 
 
+# Idle pooled connections are dropped before the engine's own keep-alive (uvicorn, 5 s)
+# would close them under a request about to be sent.
+KEEPALIVE = httpx.Limits(max_connections=None, max_keepalive_connections=64, keepalive_expiry=2.0)
+
+
 def shared_client() -> httpx.AsyncClient:
     """One pooled client per event loop and server: no TLS-context build or TCP connect per request.
 
@@ -93,7 +98,7 @@ def shared_client() -> httpx.AsyncClient:
     per_loop = _clients.setdefault(asyncio.get_running_loop(), {})
     url = base_url()
     if url not in per_loop:
-        per_loop[url] = httpx.AsyncClient(base_url=url, timeout=_SHORT)
+        per_loop[url] = httpx.AsyncClient(base_url=url, timeout=_SHORT, limits=KEEPALIVE)
     return per_loop[url]
 
 
@@ -253,32 +258,49 @@ async def _stream(
     """Stream into ``record`` (a caller that may be cancelled keeps the partial answer)."""
     record = record if record is not None else RequestRecord()
     http = client or shared_client()
+    answered = False
     try:
-        record.t_send = time.perf_counter()
-        async with http.stream("POST", path, json=payload, timeout=httpx.Timeout(timeout, connect=5.0)) as response:
-            if response.status_code != 200:
-                body = (await response.aread()).decode(errors="replace")
-                record.error = f"HTTP {response.status_code}: {_error_message(body)}"
-                return record
-            async for line in response.aiter_lines():
-                now = time.perf_counter()
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    break
-                chunk = json.loads(data)
-                if "error" in chunk:
-                    record.error = str(chunk["error"])
-                    return record
-                text = apply_chunk(record, chunk, now)
-                if text and on_text is not None:
-                    await on_text(text, record)
-        record.success = bool(record.text_chunk_at) or record.output_tokens == 0
-        if not record.success and record.error is None:
-            record.error = "the stream ended without generated text"
+        for attempt in (1, 2):
+            try:
+                record.t_send = time.perf_counter()
+                async with http.stream(
+                    "POST", path, json=payload, timeout=httpx.Timeout(timeout, connect=5.0)
+                ) as response:
+                    answered = True
+                    return await _read(response, record, on_text)
+            except (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError):
+                # A connection the server dropped before answering (seen once in 100 answers under
+                # load): nothing was generated for this request, so it is sent once more.
+                if answered or attempt == 2:
+                    raise
     except (httpx.HTTPError, json.JSONDecodeError) as exc:
         record.error = f"{type(exc).__name__}: {exc} (vLLM at {base_url()})"
     finally:
         record.t_end = time.perf_counter()
+    return record
+
+
+async def _read(response: httpx.Response, record: RequestRecord, on_text: OnText | None) -> RequestRecord:
+    """The body of an answered request: SSE lines into ``record``."""
+    if response.status_code != 200:
+        body = (await response.aread()).decode(errors="replace")
+        record.error = f"HTTP {response.status_code}: {_error_message(body)}"
+        return record
+    async for line in response.aiter_lines():
+        now = time.perf_counter()
+        if not line.startswith("data:"):
+            continue
+        data = line[5:].strip()
+        if data == "[DONE]":
+            break
+        chunk = json.loads(data)
+        if "error" in chunk:
+            record.error = str(chunk["error"])
+            return record
+        text = apply_chunk(record, chunk, now)
+        if text and on_text is not None:
+            await on_text(text, record)
+    record.success = bool(record.text_chunk_at) or record.output_tokens == 0
+    if not record.success and record.error is None:
+        record.error = "the stream ended without generated text"
     return record

@@ -22,6 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from labapp.stack.components import DAPHNE_FLAGS
 from tests import harness
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser]
@@ -43,7 +44,17 @@ def class_site(full_stack: str, chapter_indexed: None) -> Iterator[str]:
     port = _free_port()
     env = os.environ | {"LAB_MODE": "class", "SECRET_KEY": "story-test-secret-key-0123456789abcdef", "DEBUG": "1"}
     log = (harness.LOG_DIR / "web-class.log").open("ab")
-    command = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "labapp.asgi:application"]
+    command = [
+        sys.executable,
+        "-m",
+        "daphne",
+        *DAPHNE_FLAGS,
+        "-b",
+        "127.0.0.1",
+        "-p",
+        str(port),
+        "labapp.asgi:application",
+    ]
     process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:

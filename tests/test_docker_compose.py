@@ -122,6 +122,7 @@ def test_web_runs_daphne_on_8000(services: dict[str, dict[str, Any]]) -> None:
     assert "labapp.asgi:application" in args
     assert option(args, "-p", "--port") == "8000"
     assert option(args, "-b", "--bind") == "0.0.0.0"
+    assert option(args, "--websocket_connect_timeout") == "30"  # as the embedded web server
 
 
 def test_worker_runs_celery_on_both_queues(services: dict[str, dict[str, Any]]) -> None:

@@ -315,3 +315,45 @@ def test_the_lab_run_button_and_the_demo_sweep_keep_the_same_job_limit(
     demo = client.post("/demo/sweep/", {"top_k_max": "2", "chunk_size_max": "200"}, follow=True)
     assert demo.status_code == 200 and "바쁩니다" in demo.content.decode()
     assert made == []  # nothing was made at either door
+
+
+def test_a_sign_out_watch_rides_out_layer_timeouts_and_joins_its_group_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    from labapp import sockets
+
+    class FlakyLayer:
+        def __init__(self) -> None:
+            self.receives = 0
+            self.joined: list[str] = []
+
+        async def new_channel(self) -> str:
+            return "chan-1"
+
+        async def group_add(self, group: str, channel: str) -> None:
+            self.joined.append(group)
+
+        async def group_discard(self, group: str, channel: str) -> None:
+            pass
+
+        async def receive(self, channel: str) -> dict[str, Any]:
+            self.receives += 1
+            if self.receives <= 2:
+                raise TimeoutError("Timeout reading from redis")
+            return {"type": sockets.SIGNED_OUT, "session": None}
+
+    layer = FlakyLayer()
+    monkeypatch.setattr(sockets, "get_channel_layer", lambda: layer)
+    monkeypatch.setattr(sockets, "RETRY_FIRST_S", 0.01)
+    closed: list[bool] = []
+
+    async def on_sign_out() -> None:
+        closed.append(True)
+
+    async def go() -> None:
+        watch = sockets.SignOutWatch(user_id=7, session_key=None, on_sign_out=on_sign_out)
+        await watch.start()
+        assert watch.task is not None
+        await asyncio.wait_for(watch.task, 5)
+
+    aio.run(go())
+    assert closed == [True] and layer.receives == 3
+    assert layer.joined == ["user-7", "user-7", "user-7"]  # joined at start, then again after each failure

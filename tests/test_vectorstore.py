@@ -82,10 +82,9 @@ def test_a_collection_stored_whole_before_partitions_is_moved_into_them(chroma_s
         whole = api.get_or_create_collection(name=name, metadata={"hnsw:space": "cosine"}, embedding_function=None)
         whole.upsert(
             ids=["x:200:0", "x:500:0", "x:500:1"],
-            embeddings=[_unit(rng) for _ in range(3)],
+            embeddings=[_unit(rng) for _ in range(3)],  # type: ignore[arg-type]
             documents=["one", "two", "three"],
-            metadatas=[{"chunk_size": 200, "source": "x"}, {"chunk_size": 500, "source": "x"}] * 1
-            + [{"chunk_size": 500, "source": "x"}],
+            metadatas=[{"chunk_size": 200, "source": "x"}, {"chunk_size": 500, "source": "x"}, {"chunk_size": 500}],
         )
     moved = dict(vectorstore.partition_unsplit())
     assert moved.get(legacy) == 3 and foreign not in moved

@@ -79,3 +79,43 @@ def test_engine_info_names_the_unreachable_server(settings: object) -> None:
     settings.VLLM_BASE_URL = "http://127.0.0.1:9"  # type: ignore[attr-defined]
     with pytest.raises(vllm_client.EngineUnavailable, match=r"vLLM at http://127.0.0.1:9"):
         vllm_client.engine_info(timeout=1.0)
+
+
+def test_a_connection_dropped_before_any_answer_is_sent_once_more() -> None:
+    calls: list[int] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        calls.append(1)
+        if len(calls) == 1:
+            raise httpx.RemoteProtocolError("Server disconnected without sending a response.", request=request)
+        body = _sse({"choices": [{"index": 0, "text": "네", "finish_reason": "stop"}]})
+        return httpx.Response(200, content=body, headers={"content-type": "text/event-stream"})
+
+    async def go() -> RequestRecord:
+        async with _client(httpx.MockTransport(handle)) as http:
+            return await vllm_client.stream_completion("질문", max_tokens=2, model="m", client=http)
+
+    record = aio.run(go())
+    assert len(calls) == 2 and record.success and record.generated_text == "네"
+
+
+class _BreaksMidway(httpx.AsyncByteStream):
+    async def __aiter__(self):  # type: ignore[no-untyped-def]
+        yield b'data: {"choices": [{"index": 0, "text": "\\uc808\\ubc18", "finish_reason": null}]}\n\n'
+        raise httpx.ReadError("connection reset")
+
+
+def test_a_stream_broken_after_the_answer_began_is_not_sent_again() -> None:
+    calls: list[int] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        calls.append(1)
+        return httpx.Response(200, stream=_BreaksMidway(), headers={"content-type": "text/event-stream"})
+
+    async def go() -> RequestRecord:
+        async with _client(httpx.MockTransport(handle)) as http:
+            return await vllm_client.stream_completion("질문", max_tokens=8, model="m", client=http)
+
+    record = aio.run(go())
+    assert calls == [1] and not record.success
+    assert record.error is not None and "ReadError" in record.error and record.generated_text == "절반"
