@@ -349,6 +349,10 @@ async def answer_run(run: AnswerRun, send: Send) -> None:
             record=run.record,
         )
     if run.record.error:
+        if not run.record.error.startswith("HTTP "):
+            # The engine went away (or stalled): the next ask asks it again at once instead of
+            # trusting the cached info, so it fails before retrieval and names the cause.
+            engine_cache_clear()
         run.error = _engine_error(run.record.error, run.stall_timeout_s)
         return
     await _measure_prompt(run)
@@ -357,6 +361,8 @@ async def answer_run(run: AnswerRun, send: Send) -> None:
 def _engine_error(error: str, stall_timeout_s: float) -> str:
     if error.startswith("HTTP 400"):
         return _("vLLM이 요청을 거절했습니다 (다시 시도하지 않음): %(why)s") % {"why": error}
+    if error.startswith(("ConnectError", "ConnectTimeout")):
+        return _("vLLM에 연결할 수 없습니다: %(why)s") % {"why": error}
     if "Timeout" in error:
         return _("vLLM이 %(s).0f초 동안 응답하지 않았습니다: %(why)s") % {"s": stall_timeout_s, "why": error}
     return _("vLLM 요청 실패: %(why)s") % {"why": error}

@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import PurePath
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import transaction
+from django.db import connection, transaction
+from django.db.models import QuerySet
+from django.utils import timezone
 
 from rag import chunking, embeddings, vectorstore
 from rag.models import Document, IndexedSource
 
 CHAPTER_COLLECTION = "chapter"
+# A running ingestion bumps its row's updated_at this often (embedding one chunk size of a
+# large file takes minutes); one silent for INGEST_STALE_S lost its worker.
+INGEST_HEARTBEAT_S = 10.0
+INGEST_STALE_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -134,24 +144,28 @@ def document_ingest(*, document: Document, sizes: tuple[int, ...] = chunking.CHU
     stops and the newer task (already queued) does the work.
     """
     current = Document.objects.filter(pk=document.pk, content_hash=document.content_hash)
-    if not current.update(status=Document.Status.INGESTING, progress=0, error="", chunk_counts={}):
+    started = current.update(
+        status=Document.Status.INGESTING, progress=0, error="", chunk_counts={}, updated_at=timezone.now()
+    )
+    if not started:
         return _document_refreshed(document)
     metadata = {"title": document.title, "filename": document.filename, "document_id": str(document.pk)}
     counts: dict[str, int] = {}
     try:
-        for done, size in enumerate(sizes, start=1):
-            _touched, counts[str(size)] = source_index(
-                collection=document.collection,
-                source=document.source,
-                text=document.text,
-                metadata=metadata,
-                sizes=(size,),
-                force=True,
-            )
-            progress = round(100 * done / len(sizes))
-            if not current.update(progress=min(progress, 99), chunk_counts=counts):
-                raise DocumentSuperseded(document.source)
-        current.update(status=Document.Status.READY, progress=100, chunk_counts=counts)
+        with _beating(current):
+            for done, size in enumerate(sizes, start=1):
+                _touched, counts[str(size)] = source_index(
+                    collection=document.collection,
+                    source=document.source,
+                    text=document.text,
+                    metadata=metadata,
+                    sizes=(size,),
+                    force=True,
+                )
+                progress = round(100 * done / len(sizes))
+                if not current.update(progress=min(progress, 99), chunk_counts=counts, updated_at=timezone.now()):
+                    raise DocumentSuperseded(document.source)
+            current.update(status=Document.Status.READY, progress=100, chunk_counts=counts)
     except DocumentSuperseded:
         if Document.objects.filter(pk=document.pk).exists():
             # The newer run may have finished before this one's last write: one more
@@ -169,6 +183,55 @@ def document_ingest(*, document: Document, sizes: tuple[int, ...] = chunking.CHU
             reason += f" (cleanup failed: {type(cleanup).__name__}: {cleanup})"
         current.update(status=Document.Status.FAILED, progress=0, error=reason[:2000], chunk_counts={})
     return _document_refreshed(document)
+
+
+@contextlib.contextmanager
+def _beating(current: QuerySet[Document]) -> Iterator[None]:
+    """Bump the row's updated_at every INGEST_HEARTBEAT_S while the block runs (a long embedding included)."""
+    stop = threading.Event()
+
+    def beat() -> None:
+        try:
+            while not stop.wait(INGEST_HEARTBEAT_S):
+                with contextlib.suppress(Exception):  # a missed beat is not a reason to stop ingesting
+                    current.update(updated_at=timezone.now())
+        finally:
+            connection.close()  # this thread's own connection
+
+    beating = threading.Thread(target=beat, name="ingest-heartbeat", daemon=True)
+    beating.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        beating.join()
+
+
+def documents_reap_stale() -> int:
+    """Ingestions silent for INGEST_STALE_S lost their worker: failed with the reason, partial chunks removed.
+
+    A killed worker's task is redelivered only after the broker's visibility timeout
+    (hours), so without this the row would say "ingesting" until then. Called by the
+    document pages; returns how many were reaped.
+    """
+    cutoff = timezone.now() - timedelta(seconds=INGEST_STALE_S)
+    reaped = 0
+    for document in Document.objects.filter(status=Document.Status.INGESTING, updated_at__lt=cutoff).only(
+        "pk", "collection", "updated_at", "progress"
+    ):
+        reason = (
+            f"The worker ingesting this document was lost at {document.progress} % (silent for more than "
+            f"{INGEST_STALE_S:.0f} s); upload the file again."
+        )
+        lost = Document.objects.filter(pk=document.pk, status=Document.Status.INGESTING, updated_at=document.updated_at)
+        if not lost.update(status=Document.Status.FAILED, progress=0, error=reason, chunk_counts={}):
+            continue  # it beat or finished meanwhile
+        reaped += 1
+        try:
+            _source_remove(collection=document.collection, source=document.source)
+        except vectorstore.RetrievalUnavailable as exc:  # the next ingestion replaces what is left
+            Document.objects.filter(pk=document.pk).update(error=f"{reason} (cleanup failed: {exc})"[:2000])
+    return reaped
 
 
 def document_delete(*, document: Document) -> None:

@@ -13,8 +13,10 @@ def document_ingest(document_id: int) -> str:
     """Chunk, embed and store one uploaded document (progress and failures land on the row).
 
     No automatic retry: a failure is recorded on the document with its reason and
-    the learner uploads again. A worker lost mid-run redelivers the task
-    (acks_late), and a second run simply replaces what the first one wrote.
+    the learner uploads again. A worker lost mid-run leaves the task unacknowledged
+    (acks_late) until the broker's visibility timeout; meanwhile the document pages mark
+    the silent row failed (``services.documents_reap_stale``), and any later run, a
+    re-upload or the redelivery, simply replaces what the first one wrote.
     """
     document = Document.objects.filter(pk=document_id).first()
     if document is None:

@@ -89,6 +89,7 @@ class DocumentUploadForm(forms.Form):
 
 
 def _rows_context(user: AbstractBaseUser) -> dict[str, Any]:
+    services.documents_reap_stale()  # a lost worker's document does not say "ingesting" for hours
     documents = list(Document.objects.filter(collection__in=documents_visible(user)).defer("text"))
     labels = {ref.name: ref.label for ref in collections_for(user)}
     for document in documents:

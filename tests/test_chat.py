@@ -276,6 +276,19 @@ def test_a_dead_engine_is_named_in_the_error(fake: fake_vllm.Script, settings: A
     assert answer["status"] == "failed" and "vLLM에 연결할 수 없습니다" in answer["error"]
 
 
+def test_an_engine_gone_after_its_info_was_cached_is_named_and_the_next_ask_checks_it_again(
+    fake: fake_vllm.Script, settings: Any
+) -> None:
+    from tests.settings import free_port
+
+    assert _failed_answer(fake, max_tokens=4)["status"] == "done"  # the engine's info is cached now
+    settings.VLLM_BASE_URL = f"http://127.0.0.1:{free_port()}"  # as if it died: nothing listens there
+    vllm_client._chat_template[(settings.VLLM_BASE_URL, "fake-model")] = False  # remembered, like the info
+    answer = _failed_answer(fake)
+    assert answer["status"] == "failed" and answer["error"].startswith("vLLM에 연결할 수 없습니다: ConnectError")
+    assert chat._engine_cache is None  # the next ask fails before retrieval instead of after it
+
+
 def test_chroma_down_answers_without_sources_and_says_retrieval_is_unavailable(
     fake: fake_vllm.Script, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -429,6 +429,54 @@ def test_a_run_superseded_by_a_re_upload_stops_and_queues_one_more(
     assert enqueued == [doc.pk]
 
 
+@pytest.mark.django_db
+def test_an_ingestion_silent_past_the_stale_limit_is_failed_by_the_page_and_its_chunks_removed(
+    learner_client: Client, learner: User, chroma_deletes: list[tuple[str, dict[str, Any]]]
+) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    old = timezone.now() - timedelta(seconds=services.INGEST_STALE_S + 5)
+    lost = document(learner, status=Document.Status.INGESTING, progress=33, chunk_counts={"200": 4})
+    beating = document(learner, filename="beating.md", status=Document.Status.INGESTING)
+    waiting = document(learner, filename="waiting.md", status=Document.Status.QUEUED)
+    Document.objects.filter(pk__in=[lost.pk, waiting.pk]).update(updated_at=old)
+    IndexedSource.objects.create(
+        collection=lost.collection, source=lost.source, chunk_size=200, content_hash="x", chunk_count=4
+    )
+
+    rows = learner_client.get("/documents/rows/").content.decode()
+    lost.refresh_from_db()
+    assert (lost.status, lost.progress, lost.chunk_counts) == ("failed", 0, {})
+    assert "lost at 33 %" in lost.error and lost.error.endswith("upload the file again.")
+    assert 'data-status="failed"' in rows
+    assert chroma_deletes == [(lost.collection, {"source": lost.source})]
+    assert not IndexedSource.objects.filter(source=lost.source).exists()
+    assert Document.objects.get(pk=beating.pk).status == Document.Status.INGESTING
+    assert Document.objects.get(pk=waiting.pk).status == Document.Status.QUEUED
+    assert services.documents_reap_stale() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_long_ingestion_keeps_beating_while_it_embeds(learner: User, monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    doc = document(learner)
+    beats: list[Any] = []
+    monkeypatch.setattr(services, "INGEST_HEARTBEAT_S", 0.05)
+
+    def slow_index(**kwargs: Any) -> tuple[bool, int]:
+        started = Document.objects.get(pk=doc.pk).updated_at
+        time.sleep(0.5)  # one chunk size of a large file: no progress write meanwhile
+        beats.append(Document.objects.get(pk=doc.pk).updated_at > started)
+        return True, 1
+
+    monkeypatch.setattr(services, "source_index", slow_index)
+    assert services.document_ingest(document=doc, sizes=(200,)).status == Document.Status.READY
+    assert beats == [True]
+
+
 # Chunk preview
 
 
