@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from django.conf import settings
 
+from labapp.stack.__main__ import port_in_use
 from tests import harness
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,6 +55,64 @@ def _running(name: str) -> harness.Service:
     service = _start_once(name)
     service.wait_ready()
     return service
+
+
+class ServiceFaults:
+    """Kill a session service's whole process tree (SIGKILL) and start it again on the same port.
+
+    The new process replaces the entry in ``_services``, so the rest of the run (and the
+    end-of-run stop) uses it. A test that fails between ``kill`` and ``restart`` still
+    leaves every service running: the fixture's teardown restarts what was killed.
+    """
+
+    def __init__(self) -> None:
+        self.killed: set[str] = set()
+        self.restart_s: dict[str, float] = {}
+
+    def pid(self, name: str) -> int:
+        return _services[name].process.pid
+
+    def kill(self, name: str) -> None:
+        service = _services[name]
+        self.killed.add(name)
+        try:  # the family is found first: helpers (vLLM's engine core, Celery's pool) go too
+            family = [psutil.Process(service.process.pid)]
+            family += family[0].children(recursive=True)
+        except psutil.NoSuchProcess:
+            family = []
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(service.process.pid, signal.SIGKILL)
+        for member in family:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                member.kill()
+        psutil.wait_procs(family, timeout=15)
+        service.process.wait(timeout=15)
+
+    def restart(self, name: str) -> harness.Service:
+        """Start the service again with the same command; returns once it is ready (seconds in ``restart_s``)."""
+        if _services[name].process.poll() is None:
+            self.kill(name)
+        port = _services[name].component.port
+        deadline = time.monotonic() + 30
+        while port is not None and port_in_use(port) and time.monotonic() < deadline:
+            time.sleep(0.2)  # a killed server's socket can take a moment to go
+        service = _services[name] = harness.start(name)
+        self.restart_s[name] = service.wait_ready()
+        self.killed.discard(name)
+        return service
+
+    def restore(self) -> None:
+        for name in sorted(self.killed):
+            self.restart(name)
+
+
+@pytest.fixture
+def service_faults() -> Iterator[ServiceFaults]:
+    faults = ServiceFaults()
+    try:
+        yield faults
+    finally:
+        faults.restore()
 
 
 @pytest.fixture(scope="session")
