@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from rag.lexical import BM25Index, hangul_share, reciprocal_rank_fusion, terms
@@ -33,3 +35,49 @@ def test_weighted_fusion_favours_the_heavier_ranking() -> None:
 def test_hangul_share() -> None:
     assert hangul_share("프리필 speed") == pytest.approx(3 / 8)
     assert hangul_share("123") == 0.0
+
+
+def _plain_bm25(documents: dict[str, str], query: str, k: int) -> list[tuple[str, float]]:
+    """The textbook formula, one document at a time: what the inverted index must reproduce."""
+    import math
+    from collections import Counter
+
+    counted = {doc_id: Counter(terms(text)) for doc_id, text in documents.items()}
+    n = len(counted)
+    average = sum(sum(c.values()) for c in counted.values()) / n
+    df = Counter(term for c in counted.values() for term in c)
+    query_terms = set(terms(query))
+    scores = []
+    for doc_id, c in counted.items():
+        score = 0.0
+        for term in query_terms:
+            if tf := c.get(term, 0):
+                idf = math.log(1 + (n - df[term] + 0.5) / (df[term] + 0.5))
+                score += idf * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * sum(c.values()) / average))
+        if score > 0:
+            scores.append((doc_id, score))
+    return sorted(scores, key=lambda item: -item[1])[:k]
+
+
+def test_the_inverted_index_ranks_exactly_as_the_plain_formula_ties_included() -> None:
+    import random
+
+    rng = random.Random(11)
+    words = "프리필 디코드 토큰 캐시 프롬프트 검색 청크 지연 TTFT TPOT KV top-k 1600".split()
+    documents = {f"d{i}": " ".join(rng.choices(words, k=rng.randint(1, 40))) for i in range(600)}
+    documents |= {"twin-a": "캐시 지연", "twin-b": "캐시 지연"}  # equal scores: the earlier one first
+    index = BM25Index.build(documents)
+    for _ in range(60):
+        query = " ".join(rng.choices(words, k=rng.randint(1, 5)))
+        for k in (0, 1, 5, 30):
+            got, plain = index.search(query, k), _plain_bm25(documents, query, k)
+            assert [doc for doc, _ in got] == [doc for doc, _ in plain], (query, k)
+            assert [score for _, score in got] == pytest.approx([score for _, score in plain])
+    twins = [doc for doc, _ in index.search("캐시 지연", 700) if doc.startswith("twin")]
+    assert twins == ["twin-a", "twin-b"]
+
+    def idf(term: str) -> float:
+        df = sum(term in terms(text) for text in documents.values())
+        return math.log(1 + (len(documents) - df + 0.5) / (df + 0.5))
+
+    assert index.coverage("캐시 TTFT", "twin-a") == pytest.approx(idf("캐시") / (idf("캐시") + idf("ttft")))
