@@ -91,7 +91,10 @@ def probe_celery() -> dict[str, str]:
         _redis_ping(settings.CELERY_BROKER_URL)  # fail fast: a control ping to a dead broker retries
     except Exception as exc:
         raise RuntimeError(f"the broker ({settings.CELERY_BROKER_URL}) is unreachable: {exc}") from exc
-    replies = app.control.ping(timeout=1.5, limit=1)  # the first worker to answer
+    # A connection of its own: the app's pooled one may be a dead socket from before a Redis
+    # restart ("Connection closed by server"), which would call a live worker down.
+    with app.connection_for_write() as connection:
+        replies = app.control.ping(timeout=1.5, limit=1, connection=connection)  # the first worker to answer
     if not replies:
         raise RuntimeError(f"no Celery worker answered a ping within 1.5 s (broker {settings.REDIS_URL})")
     names = sorted(name for reply in replies for name in reply)

@@ -261,6 +261,7 @@ def test_redis_restarted_mid_answer_the_answer_completes_with_its_timings_and_ta
             during[path] = page(chat, path).status_code  # pages render with Redis down
         service_faults.restart("redis")
 
+    httpx.get(f"{chat['web']}/status.json", timeout=60)  # the web process's broker connections, made before
     frames = ask(chat, LONG_QUESTION, after_tokens=(3, restart_redis), max_tokens=120, temperature=1.0)
     assert during == {"/": 200, "/chat/": 200, "/documents/": 200}
     answer = frames[-1]["answer"]
@@ -275,6 +276,9 @@ def test_redis_restarted_mid_answer_the_answer_completes_with_its_timings_and_ta
     # Celery again: a round trip through the restarted broker, then a document ingested by the worker.
     sent = time.time()
     assert ping.delay(sent).get(timeout=90)["sent"] == sent
+    # The status page asks the worker on a connection of its own, not on a pooled one Redis closed.
+    celery = {c["key"]: c for c in httpx.get(f"{chat['web']}/status.json", timeout=60).json()["components"]}["celery"]
+    assert celery["ok"], celery
     uploader = Client()
     uploader.force_login(owner)
     upload(uploader, "재시작 뒤.md", HANDBOOK)
