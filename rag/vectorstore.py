@@ -74,16 +74,22 @@ def info() -> ChromaInfo:
 
 
 def _guarded(call: Callable[..., T]) -> Callable[..., T]:
-    """Turn any failure to talk to the Chroma server into RetrievalUnavailable."""
+    """Turn any failure to talk to the Chroma server into RetrievalUnavailable, after one more
+    try with fresh collection objects when this process remembered some (another process may
+    have dropped and re-created one)."""
 
     @functools.wraps(call)
     def wrapper(*args: Any, **kwargs: Any) -> T:
-        try:
-            return call(*args, **kwargs)
-        except RetrievalUnavailable:
-            raise
-        except Exception as exc:  # chromadb raises httpx, ValueError and its own types alike
-            raise RetrievalUnavailable(f"Chroma at {settings.CHROMA_URL}: {type(exc).__name__}: {exc}") from exc
+        for attempt in (1, 2):
+            try:
+                return call(*args, **kwargs)
+            except RetrievalUnavailable:
+                raise
+            except Exception as exc:  # chromadb raises httpx, ValueError and its own types alike
+                if attempt == 2 or not _collections:
+                    raise RetrievalUnavailable(f"Chroma at {settings.CHROMA_URL}: {type(exc).__name__}: {exc}") from exc
+                _collections.clear()
+        raise AssertionError("unreachable: the second attempt returns or raises")
 
     return wrapper
 
@@ -150,27 +156,7 @@ def _partitions(name: str, where: dict[str, Any] | None) -> tuple[list[Collectio
     return [c for c in (_get(n) for n in names) if c is not None], residual
 
 
-def _fresh(call: Callable[..., T]) -> Callable[..., T]:
-    """Once more with fresh collection objects when a remembered one was deleted meanwhile
-    (another process dropped and re-created it)."""
-
-    @functools.wraps(call)
-    def wrapper(*args: Any, **kwargs: Any) -> T:
-        try:
-            return call(*args, **kwargs)
-        except RetrievalUnavailable:
-            raise
-        except Exception:
-            if not _collections:
-                raise
-            _collections.clear()
-            return call(*args, **kwargs)
-
-    return wrapper
-
-
 @_guarded
-@_fresh
 def upsert(
     name: str, *, ids: list[str], embeddings: list[list[float]], documents: list[str], metadatas: list[dict[str, Any]]
 ) -> None:
@@ -193,7 +179,6 @@ def upsert(
 
 
 @_guarded
-@_fresh
 def delete_where(name: str, where: dict[str, Any]) -> None:
     parts, residual = _partitions(name, where)
     for part in parts:
@@ -222,7 +207,6 @@ class Hit:
 
 
 @_guarded
-@_fresh
 def query(name: str, *, embedding: list[float], k: int, where: dict[str, Any] | None = None) -> list[Hit]:
     hits: list[Hit] = []
     parts, residual = _partitions(name, where)
@@ -243,20 +227,21 @@ GET_PAGE = 5000  # Chroma's SQLite refuses one query with too many variables (~3
 
 
 @_guarded
-@_fresh
 def count(name: str, where: dict[str, Any] | None = None) -> int:
     parts, residual = _partitions(name, where)
     if residual is None:
         return sum(part.count() for part in parts)
-    return len(get_where(name, where or {}))
+    return len(_stored_in(parts, residual))
 
 
 @_guarded
-@_fresh
 def get_where(name: str, where: dict[str, Any]) -> list[Hit]:
     """Every stored chunk matching ``where`` (distance 0: not a search), fetched a page at a time."""
+    return _stored_in(*_partitions(name, where))
+
+
+def _stored_in(parts: list[Collection], residual: dict[str, Any] | None) -> list[Hit]:
     found: list[Hit] = []
-    parts, residual = _partitions(name, where)
     for part in parts:
         offset = 0
         while True:
@@ -269,7 +254,6 @@ def get_where(name: str, where: dict[str, Any]) -> list[Hit]:
 
 
 @_guarded
-@_fresh
 def get_ids(name: str, ids: list[str]) -> list[Hit]:
     parts, _ = _partitions(name, None)
     return [hit for part in parts for hit in _stored(part.get(ids=ids, include=["documents", "metadatas"]))]
