@@ -15,14 +15,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
+import signal
 import statistics
 import subprocess
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
@@ -92,20 +94,24 @@ class Command(BaseCommand):
                 self.stdout.write(f"  {r['first']:<6}" + "".join(f"{x:>8.3f}" for x in ratios))
 
 
-def _cpu_ticks(pid: int) -> int:
-    """User + system CPU clock ticks a process has used so far (Linux /proc), 0 when unknown."""
+RUN_LIMIT_S = 1800  # vllm bench serve is killed past this
+
+
+def _cpu_s(process: psutil.Process) -> float:
+    """User + system CPU seconds a process has used so far (0 when it is gone)."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return int(fields[11]) + int(fields[12])
-    except (OSError, IndexError, ValueError):
-        return 0
+        times = process.cpu_times()
+    except psutil.NoSuchProcess:
+        return 0.0
+    return float(times.user + times.system)
 
 
 def _run_vllm_bench_serve(command: list[str]) -> tuple[int, str, float]:
     """Run vLLM's client; returns (exit code, its output, CPU seconds it used during the main run).
 
-    The CPU is read from /proc when the client prints that the main run starts and again
-    when it prints its result table, so its imports and start-up are not counted.
+    The CPU is read when the client prints that the main run starts and again when it
+    prints its result table, so its imports and start-up are not counted. The whole run
+    is bounded by RUN_LIMIT_S.
     """
     process = subprocess.Popen(
         command,
@@ -114,18 +120,25 @@ def _run_vllm_bench_serve(command: list[str]) -> tuple[int, str, float]:
         text=True,
         env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "VLLM_NO_USAGE_STATS": "1", "PYTHONUNBUFFERED": "1"},
     )
-    assert process.stdout is not None
-    lines: list[str] = []
-    began = ended = 0
-    for line in process.stdout:
-        lines.append(line)
-        if "Starting main benchmark run" in line:
-            began = _cpu_ticks(process.pid)
-        elif "Serving Benchmark Result" in line and not ended:
-            ended = _cpu_ticks(process.pid)
-    code = process.wait(timeout=1800)
-    cpu_s = (ended - began) / os.sysconf("SC_CLK_TCK") if began and ended > began else 0.0
-    return code, "".join(lines), cpu_s
+    watchdog = threading.Timer(RUN_LIMIT_S, process.kill)
+    watchdog.start()
+    try:
+        assert process.stdout is not None
+        client = psutil.Process(process.pid)
+        lines: list[str] = []
+        began = ended = 0.0
+        for line in process.stdout:
+            lines.append(line)
+            if "Starting main benchmark run" in line:
+                began = _cpu_s(client)
+            elif "Serving Benchmark Result" in line and not ended:
+                ended = _cpu_s(client)
+        code = process.wait()
+    finally:
+        watchdog.cancel()
+    if code == -signal.SIGKILL:
+        lines.append(f"\nkilled after {RUN_LIMIT_S} s")
+    return code, "".join(lines), ended - began if began and ended > began else 0.0
 
 
 async def _theirs(
