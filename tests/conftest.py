@@ -166,6 +166,26 @@ def shared_database(migrated_database: None, django_db_blocker: Any) -> Iterator
         connections["default"] = original
 
 
+@pytest.fixture
+def document_owner(shared_database: None) -> Iterator[Any]:
+    """A user on the shared database; their documents (rows and chunks) and the user go afterwards."""
+    import uuid
+
+    from django.contrib.auth.models import User
+
+    from rag import services, vectorstore
+    from rag.models import Document
+
+    user = User.objects.create_user(username=f"owner-{uuid.uuid4().hex[:8]}")
+    yield user
+    for document in Document.objects.filter(owner=user):
+        try:
+            services.document_delete(document=document)
+        except vectorstore.RetrievalUnavailable:
+            pass  # a test without Chroma wrote nothing there
+    user.delete()
+
+
 @pytest.fixture(scope="session")
 def chapter_indexed(chroma_server: str, migrated_database: None) -> None:
     """The chapter embedded in Chroma at every chunk size, as `make run`'s index step does."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -66,15 +65,8 @@ REVISED = """# 사내 규정 안내 (개정)
 
 
 @pytest.fixture
-def owner(shared_database: None) -> Iterator[User]:
-    user = User.objects.create_user(username=f"docs-{uuid.uuid4().hex[:8]}")
-    yield user
-    for document in Document.objects.filter(owner=user):
-        try:
-            services.document_delete(document=document)
-        except vectorstore.RetrievalUnavailable:
-            pass  # a test without Chroma wrote nothing there
-    user.delete()
+def owner(document_owner: User) -> User:
+    return document_owner
 
 
 @pytest.fixture

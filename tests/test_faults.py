@@ -16,8 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,15 +57,8 @@ def chat(full_stack: str, chapter_indexed: None) -> dict[str, str]:
 
 
 @pytest.fixture
-def owner(shared_database: None) -> Iterator[User]:
-    user = User.objects.create_user(username=f"faults-{uuid.uuid4().hex[:8]}")
-    yield user
-    for document in Document.objects.filter(owner=user):
-        try:
-            services.document_delete(document=document)
-        except vectorstore.RetrievalUnavailable:
-            pass
-    user.delete()
+def owner(document_owner: User) -> User:
+    return document_owner
 
 
 def ask(
