@@ -38,7 +38,10 @@ def _run(command: str, **options: Any) -> dict[str, Any] | list[Any]:
 
 
 def _command(name: str, options: dict[str, Any]) -> str:
-    flags = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in options.items() if k not in ("web",))
+    """The command line a row came from (a True option is a bare flag)."""
+    flags = " ".join(
+        f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}") for k, v in options.items() if k not in ("web",)
+    )
     return f"python manage.py {name} {flags}".strip()
 
 
@@ -59,13 +62,12 @@ def chat_rows(web: str, quick: bool) -> list[Row]:
     cold_options = options | {"runs": 4 if quick else 10, "cold": True}
     c = _run("chat_overhead", web=web, **cold_options)
     assert isinstance(c, dict)
-    cold_command = _command("chat_overhead", cold_options).replace("--cold True", "--cold")
     rows.append(
         (
             "chat TTFT vs direct vLLM (ratio), prefix cache emptied before each",
             f"{c['ratio']:.3f} ({c['chat_ttft_ms']:.0f} vs {c['direct_ttft_ms']:.0f} ms, "
             f"{c['prompt_tokens']} prompt tokens; added {c['overhead_ms']:.0f} ms)",
-            cold_command,
+            _command("chat_overhead", cold_options),
         )
     )
     return rows
