@@ -43,7 +43,7 @@ engine: $(ENGINE_VENV)/.installed
 # The default model: the packaged Gemma 3 270M GGUF, converted once to safetensors.
 $(MODEL_DIR)/config.json: | $(ENGINE_VENV)/.installed
 	@echo "== converting the packaged Gemma 3 270M GGUF into $(MODEL_DIR) (once, about a minute)"
-	$(ENGINE_PY) labapp/stack/convert_model.py $(MODEL_DIR)
+	$(ENGINE_PY) labapp/ops/stack/convert_model.py $(MODEL_DIR)
 
 setup: $(VENV)/.installed $(ENGINE_DEPS)
 	@$(PY) manage.py check --fail-level ERROR >/dev/null
@@ -69,11 +69,11 @@ test: $(VENV)/.installed $(ENGINE_DEPS) $(BROWSER_DEPS)
 
 # Benchmarks that print the project's speed as ratios (not pass/fail); PERF_ARGS=--quick for a short run.
 perf: setup
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m labapp.perf $(PERF_ARGS)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m labapp.ops.perf $(PERF_ARGS)
 
 # The load test at full size (50 chat websockets, 30 browsing users, a benchmark job); LOAD_ARGS=--reduced for CI's size.
 load: setup
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m labapp.loadtest $(LOAD_ARGS)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m labapp.ops.loadtest $(LOAD_ARGS)
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

@@ -11,7 +11,7 @@ from urllib.parse import urlparse
 from django.utils.translation import gettext as _
 
 from bench.models import Engine
-from rag import vllm_client
+from rag.vllm import client as vllm_client
 
 SESSION_KEY = "engine_url"
 

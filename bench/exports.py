@@ -10,7 +10,8 @@ import math
 from datetime import datetime
 from typing import Any
 
-from bench.metrics import RequestRecord, summarize
+from bench.metrics import summarize
+from rag.vllm.records import RequestRecord
 
 CSV_COLUMNS = [
     "cell",

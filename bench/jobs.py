@@ -17,11 +17,13 @@ import httpx
 from asgiref.sync import sync_to_async
 from django.utils.translation import gettext as _
 
-from bench import configs, runner, server_metrics
+from bench import configs, runner
 from bench.estimator import gen_seconds
-from bench.metrics import SLO, RequestRecord, summarize
+from bench.metrics import SLO, summarize
 from bench.workloads import nonce_line, rag_prompts, rag_questions, shared_prefix_prompts, synthetic_prompts
 from rag.chunking import CHUNK_SIZES
+from rag.vllm import server_metrics
+from rag.vllm.records import RequestRecord
 
 Progress = Callable[[int, int, str], Awaitable[bool]]  # done, total, current cell -> keep going?
 

@@ -22,12 +22,14 @@ import httpx
 from asgiref.sync import sync_to_async
 from django.utils.translation import gettext as _
 
-from bench import configs, runner, server_metrics
+from bench import configs, runner
 from bench.jobs import CHUNK_CHOICES, keeps_partial, report_partial
-from bench.metrics import RequestRecord
 from bench.workloads import RagPrompt, answer_coverage, nonce_line, rag_prompts, rag_questions
-from rag import prompting, vllm_client
+from rag import prompting
 from rag.chunking import CHUNK_SIZES
+from rag.vllm import client as vllm_client
+from rag.vllm import server_metrics
+from rag.vllm.records import RequestRecord
 
 KINDS = ("retrieval", "prefix", "short")
 

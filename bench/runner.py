@@ -2,7 +2,7 @@
 
 Two shapes, as in METRICS.md: a fixed concurrency (a semaphore), or a request rate
 with gamma-distributed gaps (``burstiness`` 1 = Poisson), seeded so a run can be
-repeated. Every request is measured by ``rag.vllm_client`` into a RequestRecord;
+repeated. Every request is measured by ``rag.vllm.client`` into a RequestRecord;
 a failed request is a record with its error, never an exception out of the run.
 """
 
@@ -18,8 +18,8 @@ from typing import Any, Literal
 
 import httpx
 
-from bench.metrics import RequestRecord
-from rag import vllm_client
+from rag.vllm import client as vllm_client
+from rag.vllm.records import RequestRecord
 
 Api = Literal["completions", "chat"]
 OnDone = Callable[[int, int, RequestRecord], Awaitable[None]]

@@ -27,7 +27,7 @@ from django.utils.translation import gettext as _
 
 from bench import jobs
 from bench.models import BenchJob
-from rag import vllm_client
+from rag.vllm import client as vllm_client
 
 if TYPE_CHECKING:
     from redis.lock import Lock

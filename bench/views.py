@@ -16,7 +16,7 @@ from django.views.decorators.http import require_POST
 
 from bench import charts, configs, engines, exports, jobs, services
 from bench.models import BenchJob
-from rag import vllm_client
+from rag.vllm import client as vllm_client
 
 # Every setting a job kind reads, with the kinds it belongs to (the page shows the
 # selected kind's fields). Empty = the kind's default; the job's config_for checks them.

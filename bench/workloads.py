@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from rag import vllm_client
+from rag.vllm import client as vllm_client
 
 # Plain words that tokenize one or two tokens each in most vocabularies.
 _WORDS = (

@@ -2,7 +2,7 @@
 
 Every variable the project reads is declared once in ``VARIABLES`` so that the
 README's configuration table, the docker compose file and the settings module can
-be checked against one list (see tests/test_docker_compose.py).  A bad value stops
+be checked against one list (see tests/ops/test_docker_compose.py).  A bad value stops
 start-up with an ``ImproperlyConfigured`` error that names the variable.
 """
 

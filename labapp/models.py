@@ -4,7 +4,7 @@ from django.db import models
 
 
 class ChapterSection(models.Model):
-    """One page of the chapter in one language, loaded from labapp/content/chapter/."""
+    """One page of the chapter in one language, loaded from labapp/chapter/content/chapter/."""
 
     slug = models.SlugField(max_length=80)
     language = models.CharField(max_length=8)

@@ -18,10 +18,11 @@ from channels.db import database_sync_to_async
 from django.utils.translation import gettext as _
 
 from bench.estimator import gen_seconds
-from bench.metrics import RequestRecord
-from rag import prompting, retrieval, vllm_client
+from rag import prompting, retrieval
 from rag.access import CollectionRef
 from rag.vectorstore import RetrievalUnavailable
+from rag.vllm import client as vllm_client
+from rag.vllm.records import RequestRecord
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 ENGINE_INFO_TTL_S = 30.0

@@ -18,7 +18,7 @@ from django.utils.translation import get_language, gettext_lazy
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
-from rag import chunking, retrieval, services, vllm_client
+from rag import chunking, retrieval, services
 from rag.access import (
     CollectionRef,
     can_manage,
@@ -31,6 +31,7 @@ from rag.access import (
 from rag.documents import ALLOWED_LABEL, MAX_LABEL, DocumentRejected, document_kind, document_text, too_large
 from rag.models import Document, IndexedSource
 from rag.vectorstore import RetrievalUnavailable
+from rag.vllm import client as vllm_client
 
 PREVIEW_PAGE_CHUNKS = 50  # token counts are asked for one page at a time
 DEFAULT_CHUNK_SIZE = 500

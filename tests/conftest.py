@@ -17,7 +17,7 @@ import psutil
 import pytest
 from django.conf import settings
 
-from labapp.stack.__main__ import port_in_use
+from labapp.ops.stack.__main__ import port_in_use
 from tests import harness
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,6 +1,6 @@
 """Start the real services for the integration tests, exactly as `make run` does.
 
-Commands and readiness checks come from labapp.stack.components; each process
+Commands and readiness checks come from labapp.ops.stack.components; each process
 runs in its own process group and is stopped as a group at the end of the run.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from labapp.stack import launch
-from labapp.stack.launch import Service, ServiceFailed
+from labapp.ops.stack import launch
+from labapp.ops.stack.launch import Service, ServiceFailed
 
 __all__ = ["LOG_DIR", "Service", "ServiceFailed", "start"]
 

@@ -35,9 +35,9 @@ from labapp.models import ChapterSection
 from rag import chunking, services, vectorstore
 from rag.models import Answer, Document, IndexedSource
 from tests import aio, harness
+from tests.bench.test_bench_faults import wait_for
 from tests.conftest import ServiceFaults
-from tests.test_bench_faults import wait_for
-from tests.test_documents_integration import HANDBOOK, assert_indexed_exactly, upload, wait_until_done
+from tests.rag.test_documents_integration import HANDBOOK, assert_indexed_exactly, upload, wait_until_done
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parent.parent

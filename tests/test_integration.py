@@ -11,14 +11,14 @@ import pytest
 import websockets
 from websockets.typing import Origin
 
-from bench.metrics import RequestRecord
+from rag.vllm.records import RequestRecord
 from tests import aio
 
 pytestmark = pytest.mark.integration
 
 
 def test_a_streamed_completion_from_the_real_engine_is_measured(engine: str) -> None:
-    from rag import vllm_client
+    from rag.vllm import client as vllm_client
 
     info = vllm_client.engine_info()
     assert info.model and info.version != "?" and info.max_model_len
@@ -45,7 +45,7 @@ def test_a_streamed_completion_from_the_real_engine_is_measured(engine: str) -> 
 
 
 def test_a_repeated_prompt_reuses_the_prefix_cache(engine: str) -> None:
-    from rag import vllm_client
+    from rag.vllm import client as vllm_client
 
     prompt = f"[{uuid.uuid4()}] " + "프리필은 입력을 한 번에 처리합니다. " * 40
     first = aio.run(vllm_client.stream_completion(prompt, max_tokens=2, ignore_eos=True))
@@ -83,7 +83,7 @@ def test_chroma_stores_and_finds_an_embedded_text(chroma_server: str) -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_building_the_chapter_index_twice_leaves_one_copy_of_each_chunk(chroma_server: str) -> None:
-    from labapp.services import chapter_load
+    from labapp.chapter.services import chapter_load
     from rag import vectorstore
     from rag.services import CHAPTER_COLLECTION, chapter_index
 
@@ -131,7 +131,7 @@ def test_a_websocket_gets_a_clear_error_for_a_bad_message(web_server: str) -> No
 @pytest.mark.django_db(transaction=True)
 def test_hybrid_retrieval_finds_korean_answers(chroma_server: str) -> None:
     """Recall@5 on the Korean evaluation set (rag/eval/chapter_qa_ko.jsonl), 1000-character chunks."""
-    from labapp.services import chapter_load
+    from labapp.chapter.services import chapter_load
     from rag.evaluation import evaluate
     from rag.services import chapter_index
 

@@ -1,6 +1,6 @@
 """Sessions and sockets on a class server, and per-user limits on the shared engine.
 
-The deployment checklist (`check --deploy`) is tests/test_env.py's
+The deployment checklist (`check --deploy`) is tests/site/test_env.py's
 test_class_mode_passes_the_deployment_checklist.
 """
 

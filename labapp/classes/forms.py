@@ -13,7 +13,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from labapp.classes import services
-from labapp.labs import LABS
+from labapp.labs.catalog import LABS
 from labapp.models import Assignment, Classroom
 
 DATETIME_FORMAT = "%Y-%m-%dT%H:%M"

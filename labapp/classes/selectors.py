@@ -16,7 +16,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from labapp.classes.access import learners_of
-from labapp.labs import LABS, Lab, LabState, states_for
+from labapp.labs.catalog import LABS, Lab, LabState, states_for
 from labapp.models import Assignment, Classroom
 
 

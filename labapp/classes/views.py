@@ -27,7 +27,7 @@ from labapp.classes.forms import (
     RosterUploadForm,
     TemporaryPasswordForm,
 )
-from labapp.labs import LABS
+from labapp.labs.catalog import LABS
 from labapp.models import Assignment, Classroom, Membership
 
 

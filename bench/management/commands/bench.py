@@ -18,7 +18,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from bench import configs, exports, jobs
 from bench.models import BenchJob
-from rag import vllm_client
+from rag.vllm import client as vllm_client
 
 
 class Command(BaseCommand):

@@ -42,7 +42,8 @@ import httpx
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from bench import runner, scripted_server
-from bench.metrics import RequestRecord, percentile
+from bench.metrics import percentile
+from rag.vllm.records import RequestRecord
 
 DEFAULT_LEVELS = "1,8,64,256,1024"
 PROMPT_WORDS = 256

@@ -85,8 +85,8 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         from bench import runner
         from bench.metrics import summarize
-        from labapp.stack import components
-        from rag import vllm_client
+        from labapp.ops.stack import components
+        from rag.vllm import client as vllm_client
 
         model_dir = options["model_dir"] or components.embedded_model_dir()
         dtype = options["dtype"] or components.engine_dtype(components.has_nvidia_gpu())

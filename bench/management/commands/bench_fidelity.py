@@ -31,8 +31,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from bench import runner
 from bench.metrics import summarize
 from bench.workloads import synthetic_prompts
-from labapp.stack.components import ENGINE_PYTHON, ROOT, embedded_model_dir
-from rag import vllm_client
+from labapp.ops.stack.components import ENGINE_PYTHON, ROOT, embedded_model_dir
+from rag.vllm import client as vllm_client
 
 COMPARED = [
     ("median TTFT (ms)", "median_ttft_ms"),

@@ -2,7 +2,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from labapp.services import chapter_load
+from labapp.chapter.services import chapter_load
 
 
 class Command(BaseCommand):

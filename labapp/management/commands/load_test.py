@@ -1,6 +1,6 @@
 """``python manage.py load_test``: chat websockets, browsing users and a benchmark job against a running lab.
 
-The web server must share this process's database (labapp/loadtest/). Full size by
+The web server must share this process's database (labapp/ops/loadtest/). Full size by
 default (the issue's numbers); ``--reduced`` is the size CI runs. Prints a table (or,
 with ``--json``, the whole report) and fails when a check fails.
 """
@@ -15,7 +15,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from labapp import loadtest
+from labapp.ops import loadtest
 
 
 class Command(BaseCommand):

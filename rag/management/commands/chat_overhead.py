@@ -26,7 +26,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from websockets.exceptions import WebSocketException
 from websockets.typing import Origin
 
-from rag import vllm_client
+from rag.vllm import client as vllm_client
 
 QUESTION = "프리필과 디코드는 어떻게 다른가요?"
 

@@ -1,0 +1,1 @@
+"""The chapter pages: the home page, the sections and their widgets."""

@@ -1,0 +1,69 @@
+"""Chapter pages: the home page and each section, with its widget."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.utils import translation
+from django.views.decorators.http import require_GET
+
+from labapp.models import ChapterSection
+from rag.conversations import learner_speeds
+
+# Sections that carry an interactive widget under their text (slug -> template).
+SECTION_WIDGETS = {"estimator": "widgets/estimator.html", "kv-cache": "widgets/kv_stepper.html"}
+
+
+def _sections(language: str) -> list[ChapterSection]:
+    sections = list(ChapterSection.objects.filter(language=language))
+    return sections or list(ChapterSection.objects.filter(language="ko"))
+
+
+@require_GET
+def home(request: HttpRequest) -> HttpResponse:
+    """The chapter's sections, and for a signed-in learner where they are in the six labs."""
+    from labapp.labs.catalog import LABS, states_for
+
+    states = []
+    if request.user.is_authenticated:
+        me = int(request.user.pk or 0)
+        found = states_for([me])
+        states = [found[(me, n)] for n in LABS]
+    context = {"sections": _sections(translation.get_language() or "ko"), "lab_states": states}
+    return render(request, "home.html", context)
+
+
+@require_GET
+def chapter_section(request: HttpRequest, slug: str) -> HttpResponse:
+    language = translation.get_language() or "ko"
+    section = (
+        ChapterSection.objects.filter(slug=slug, language=language).first()
+        or ChapterSection.objects.filter(slug=slug, language="ko").first()
+    )
+    if section is None:
+        raise Http404
+    context: dict[str, Any] = {
+        "section": section,
+        "sections": _sections(language),
+        "widget": SECTION_WIDGETS.get(section.slug),
+    }
+    if section.slug == "estimator":
+        context["speeds"] = _estimator_speeds(request)
+    return render(request, "chapter_section.html", context)
+
+
+def _estimator_speeds(request: HttpRequest) -> dict[str, Any] | None:
+    """The learner's own speeds for the estimator's fill-in button (None: nothing measured yet)."""
+    if not request.user.is_authenticated:
+        return None
+    speeds = learner_speeds(request.user)
+    if speeds is None:
+        return None
+    return {
+        "prefill": round(speeds.prefill, 1),
+        "decode": round(speeds.decode, 1),
+        "basis": str(speeds.basis),
+        "samples": speeds.samples,
+    }

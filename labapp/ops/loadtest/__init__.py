@@ -1,0 +1,99 @@
+"""Load test of a running lab: many chat websockets, browsing users and a benchmark job at once.
+
+Runs against a lab web server that shares this process's database (``make load``, the
+``load_test`` command, ``tests/ops/test_load.py``). It makes its own users, a class with
+instructors (so the gradebook has rows) and Django sessions for them in that database,
+and sends the session cookie, so no browser or password is needed; in local mode the
+server keeps a session that is already signed in (``LocalLearnerMiddleware``).
+
+Each round, every socket asks ``asks`` questions one after the other (a user with two
+tabs has two sockets, so at most two answers in flight, within
+``CHAT_MAX_CONCURRENT_PER_USER``), while the browsers fetch lab, chapter, benchmark and
+(instructors) gradebook pages with a pause between requests until the sockets are done.
+A benchmark job is submitted before the first round. What is measured:
+
+* **misdelivered frames**: a frame on a socket that does not belong to an answer asked on
+  that socket: an unknown client id, a ``started`` or ``done`` whose question lacks the
+  ask's unique marker, an answer id or ``overhead`` for an answer not started here;
+* **page latency**: request sent → whole body read, per request; any 5xx is a failure,
+  and so is any other status but 200 (the load test itself is then wrong);
+* **websocket token delay**: for the first and for the last token frame of each answer,
+  (client: ask sent → frame received) − (server: ask received → frame handed to the
+  socket, the answer's ``server_first_token_ms`` / ``server_done_ms``). It is one inbound
+  ask frame plus one outbound token frame, queueing in both event loops included: the
+  product's "websocket overhead" (the first-token one is also sent back as a
+  ``client_timing`` frame, as the browser does, and must be saved). Frames carry no
+  server clock, so a per-token delay is not measurable without changing the protocol;
+* **client TTFT**: ask sent → first token frame;
+* **RSS** of the web server and the Celery worker (each with its child processes) before
+  the first round and after each round; memory is flat when the last round adds less
+  than ``rss_bound_mib`` to either;
+* afterwards every asked answer is a saved row with status ``done`` and its timings.
+
+    python manage.py load_test [--sockets 50 --tab-pairs 10 --browsers 30 ...]
+    python -m labapp.ops.loadtest [same options]   # `make load`: starts what is not running first
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from labapp.ops.loadtest.cast import FINISHED, answers_check, cast_create, cast_delete, job_start, job_wait, page_paths
+from labapp.ops.loadtest.plan import FULL, REDUCED, LoadPlan, RoundResult
+from labapp.ops.loadtest.report import failures, report_build, table
+from labapp.ops.loadtest.traffic import round_run
+from labapp.ops.stack.memory import find_web_pid, find_worker_pid, rss_mib
+
+__all__ = ["FULL", "REDUCED", "LoadPlan", "failures", "load_run", "table"]
+
+QUESTIONS_FILE = Path(__file__).resolve().parents[3] / "rag" / "eval" / "chapter_qa_ko.jsonl"
+
+
+def load_run(
+    web: str,
+    plan: LoadPlan,
+    *,
+    web_pid: int | None = None,
+    worker_pid: int | None = None,
+    keep: bool = False,
+    say: Callable[[str], object] = print,
+) -> dict[str, Any]:
+    """Set up, run ``plan.rounds`` rounds, check the saved answers and the job; the report as a dict."""
+    from django.conf import settings
+
+    plan.check()
+    questions = [json.loads(line)["question"] for line in QUESTIONS_FILE.read_text().splitlines() if line.strip()]
+    web_pid = web_pid or find_web_pid(httpx.URL(web).port or 80)
+    redis_port = httpx.URL(str(settings.REDIS_URL).replace("redis://", "http://")).port or 6379
+    worker_pid = worker_pid or find_worker_pid(redis_port)
+    processes = {"web": web_pid, "worker": worker_pid}
+    cast = cast_create(plan)
+    paths = page_paths(cast)
+    say(f"[load] run {cast.run}: {plan.sockets} sockets ({plan.tab_pairs} two-tab users), {plan.browsers} browsers")
+    rss: dict[str, list[float | None]] = {name: [rss_mib(pid) if pid else None] for name, pid in processes.items()}
+    rounds: list[RoundResult] = []
+    job_id: int | None = None
+    job: dict[str, Any] | None = None
+    try:
+        job_id = job_start(cast) if plan.job else None
+        for round_no in range(plan.rounds):
+            result = asyncio.run(round_run(web, cast, plan, round_no, questions, paths))
+            rounds.append(result)
+            for name, pid in processes.items():
+                rss[name].append(rss_mib(pid) if pid else None)
+            done = sum(a.status == "done" for a in result.asks)
+            say(f"[load] round {round_no + 1}: {done}/{len(result.asks)} answers done in {result.seconds} s")
+        asks = [a for r in rounds for a in r.asks]
+        job = job_wait(job_id, plan.job_wait_s) if job_id else None
+        saved = answers_check(cast, asks)
+    finally:
+        # A job still running would lose its owner under the worker: then the run's rows stay.
+        if not keep and (job_id is None or (job is not None and job["status"] in FINISHED)):
+            cast_delete(cast)
+    return report_build(plan, cast, rounds, rss, job, saved)

@@ -1,0 +1,134 @@
+"""The report of a load run: numbers, a printed table, and what counts as a failure."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from bench.metrics import percentile
+from labapp.ops.loadtest.cast import Cast
+from labapp.ops.loadtest.plan import LoadPlan, RoundResult
+
+
+def _pcts(values: list[float]) -> dict[str, float | None]:
+    if not values:
+        return {"p50": None, "p95": None, "n": 0}
+    return {"p50": round(percentile(values, 50), 1), "p95": round(percentile(values, 95), 1), "n": len(values)}
+
+
+def report_build(
+    plan: LoadPlan,
+    cast: Cast,
+    rounds: list[RoundResult],
+    rss: dict[str, list[float | None]],
+    job: dict[str, Any] | None,
+    saved: dict[str, Any],
+) -> dict[str, Any]:
+    asks = [a for r in rounds for a in r.asks]
+    pages = [p for r in rounds for p in r.pages]
+    growth: dict[str, float | None] = {}
+    for name, values in rss.items():
+        before, last = values[-2], values[-1]
+        growth[name] = None if before is None or last is None else round(last - before, 1)
+    return {
+        "run": cast.run,
+        "plan": asdict(plan),
+        "sockets": plan.sockets,
+        "users": {"chat": len(cast.chatters), "browsers": len(cast.browsers)},
+        "answers": {
+            "asked": len(asks),
+            "done": sum(a.status == "done" for a in asks),
+            "failed": [f"{a.client_id}: {a.status} {a.error[:160]}" for a in asks if a.status != "done"],
+            "tokens": _pcts([float(a.tokens) for a in asks]),
+        },
+        "misdelivered": [m for r in rounds for m in r.misdelivered],
+        "socket_errors": [e for r in rounds for e in r.socket_errors],
+        "refused_handshakes": [e for r in rounds for e in r.refused_handshakes],
+        "pages": {
+            "requests": len(pages),
+            "5xx": sum(status >= 500 for _, status, _ in pages),
+            "other_not_200": sorted(
+                {f"{path} {status}" for path, status, _ in pages if status != 200 and status < 500}
+            ),
+            "latency_ms": _pcts([ms for *_, ms in pages]),
+            "gradebook_ms": _pcts([ms for path, _, ms in pages if path.endswith("/results/")]),
+        },
+        "token_delay_ms": {
+            "first": _pcts([a.first_delay_ms for a in asks if a.first_delay_ms is not None]),
+            "last": _pcts([a.last_delay_ms for a in asks if a.last_delay_ms is not None]),
+        },
+        "client_ttft_ms": _pcts([a.ttft_ms for a in asks if a.ttft_ms is not None]),
+        "client_token_gap_ms": _pcts([g for a in asks for g in a.gaps_ms]),
+        "round_seconds": [r.seconds for r in rounds],
+        "rss_mib": rss,
+        "rss_last_round_growth_mib": growth,
+        "rss_flat": all(g is not None and g < plan.rss_bound_mib for g in growth.values()),
+        "job": job,
+        "saved": saved,
+    }
+
+
+def table(report: dict[str, Any]) -> str:
+    def p(stats: dict[str, Any]) -> str:
+        return f"{stats['p50']} / {stats['p95']} (n={stats['n']})"
+
+    a, pages, plan, saved = report["answers"], report["pages"], report["plan"], report["saved"]
+    rows = [
+        ("sockets (two-tab users) / browsers", f"{plan['sockets']} ({plan['tab_pairs']}) / {plan['browsers']}"),
+        (
+            "rounds × asks per socket, max_tokens, top-k",
+            f"{plan['rounds']} × {plan['asks']}, {plan['max_tokens']}, {plan['top_k']}",
+        ),
+        ("round wall time, s", ", ".join(str(s) for s in report["round_seconds"])),
+        ("answers done / failed", f"{a['done']} / {len(a['failed'])} of {a['asked']}"),
+        (
+            "answers saved with all timings",
+            f"{saved['asked'] - len(saved['problems'])} of {saved['asked']} (problems: {len(saved['problems'])})",
+        ),
+        ("misdelivered frames", str(len(report["misdelivered"]))),
+        ("socket errors", str(len(report["socket_errors"]))),
+        ("handshakes refused, then tried again after 2 s", str(len(report["refused_handshakes"]))),
+        (
+            "page requests / 5xx / other non-200",
+            f"{pages['requests']} / {pages['5xx']} / {len(pages['other_not_200'])}",
+        ),
+        ("page latency p50 / p95, ms", p(pages["latency_ms"])),
+        ("  gradebook page p50 / p95, ms", p(pages["gradebook_ms"])),
+        ("websocket token delay, first token p50 / p95, ms", p(report["token_delay_ms"]["first"])),
+        ("websocket token delay, last token p50 / p95, ms", p(report["token_delay_ms"]["last"])),
+        ("client TTFT p50 / p95, ms", p(report["client_ttft_ms"])),
+        ("client gap between token frames p50 / p95, ms", p(report["client_token_gap_ms"])),
+    ]
+    for name, values in report["rss_mib"].items():
+        shown = " → ".join("?" if v is None else f"{v:.0f}" for v in values)
+        rows.append((f"RSS {name}, MiB (before → after each round)", shown))
+    growth = ", ".join(f"{k} {v}" for k, v in report["rss_last_round_growth_mib"].items())
+    flat = "flat" if report["rss_flat"] else "NOT flat"
+    rows.append((f"RSS growth in the last round, MiB (bound {plan['rss_bound_mib']:g})", f"{growth}: {flat}"))
+    job = report["job"]
+    job_text = (
+        "none" if job is None else f"{job['status']} ({job['requests']} requests, {job['seconds']} s) {job['error']}"
+    )
+    rows.append(("benchmark job", job_text.strip()))
+    width = max(len(r[0]) for r in rows)
+    return "\n".join(f"{what:<{width}}  {value}" for what, value in rows)
+
+
+def failures(report: dict[str, Any]) -> list[str]:
+    """What makes the run a failure; empty when it passed."""
+    found = []
+    if report["answers"]["failed"]:
+        found.append(f"answers not done: {report['answers']['failed'][:5]}")
+    if report["misdelivered"]:
+        found.append(f"misdelivered frames: {report['misdelivered'][:5]}")
+    if report["socket_errors"]:
+        found.append(f"socket errors: {report['socket_errors'][:5]}")
+    if report["pages"]["5xx"] or report["pages"]["other_not_200"]:
+        found.append(f"pages: {report['pages']['5xx']} 5xx, other: {report['pages']['other_not_200'][:5]}")
+    if report["saved"]["problems"]:
+        found.append(f"saved answers: {report['saved']['problems'][:5]}")
+    if report["job"] is not None and report["job"]["status"] != "done":
+        found.append(f"benchmark job: {report['job']}")
+    if not report["rss_flat"]:
+        found.append(f"memory not flat: {report['rss_last_round_growth_mib']}")
+    return found

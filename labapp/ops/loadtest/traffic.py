@@ -1,0 +1,192 @@
+"""One round of traffic: chat websockets asking and checking their frames, browsers fetching pages."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import time
+from typing import Any
+
+import httpx
+import websockets
+from websockets.asyncio.client import ClientConnection
+from websockets.exceptions import InvalidStatus, WebSocketException
+from websockets.typing import Origin
+
+from labapp.ops.loadtest.cast import Cast, Person
+from labapp.ops.loadtest.plan import AskResult, LoadPlan, RoundResult
+
+# chat.js reconnects 2 s after a closed or refused socket. Daphne refuses a handshake that
+# the application has not accepted within its websocket_connect_timeout (5 s).
+RECONNECT_S = 2.0
+HANDSHAKE_TRIES = 5
+
+
+def _question(questions: list[str], n: int, marker: str) -> str:
+    return f"{questions[n % len(questions)]} ({marker})"
+
+
+async def _socket(
+    web: str, cast: Cast, number: int, round_no: int, plan: LoadPlan, questions: list[str], result: RoundResult
+) -> None:
+    """One tab: asks its questions one after the other and checks every frame it receives."""
+    chatter = cast.chatters[cast.socket_owner[number]]
+    url = web.replace("http://", "ws://").replace("https://", "wss://") + "/ws/chat/"
+    origin = Origin(web.split("//", 1)[0] + "//" + httpx.URL(web).host)
+    ids = [f"s{number}r{round_no}a{n}" for n in range(plan.asks)]
+    mine = [AskResult(number, client_id, f"{cast.marker}-{client_id}") for client_id in ids]
+    result.asks.extend(mine)  # counted even if the socket never opens
+    asks: dict[str, AskResult] = {}  # client id → ask, once sent
+    answers: dict[int, str] = {}  # answer id → client id
+
+    def belongs(frame: dict[str, Any]) -> bool:
+        kind = frame.get("type")
+        if kind == "overhead":
+            return frame.get("answer_id") in answers
+        ask = asks.get(str(frame.get("id")))
+        if ask is None:
+            return False
+        if kind == "started":
+            return ask.marker in str(frame.get("question")) and frame.get("answer_id") not in answers
+        if kind == "done":
+            answer = frame.get("answer") or {}
+            return answers.get(int(answer.get("answer_id") or 0)) == ask.client_id and ask.marker in str(
+                answer.get("question")
+            )
+        return True
+
+    async def receive(socket: Any) -> dict[str, Any]:
+        while True:
+            frame = json.loads(await socket.recv())
+            if belongs(frame):
+                return dict(frame)
+            result.misdelivered.append(f"socket {number} ({chatter.username}): {json.dumps(frame)[:200]}")
+
+    try:
+        async with await _open(url, origin, chatter.cookie, number, result) as socket:
+            for n, ask in enumerate(mine):
+                client_id = ask.client_id
+                asks[client_id] = ask
+                question = _question(questions, number + n + round_no, ask.marker)
+                settings = {"top_k": plan.top_k, "max_tokens": plan.max_tokens}
+                sent = time.perf_counter()
+                await socket.send(
+                    json.dumps({"type": "ask", "id": client_id, "question": question, "settings": settings})
+                )
+                token_at: list[float] = []
+                while True:
+                    frame = await receive(socket)
+                    now = time.perf_counter()
+                    if frame["type"] == "started":
+                        ask.answer_id = int(frame["answer_id"])
+                        answers[ask.answer_id] = client_id
+                    elif frame["type"] == "token":
+                        token_at.append(now)
+                    elif frame["type"] == "error":
+                        ask.status, ask.error = "error", str(frame.get("error"))
+                        break
+                    elif frame["type"] == "done":
+                        _finish(ask, frame["answer"], sent, token_at)
+                        break
+                if ask.status != "done" or ask.answer_id is None:
+                    continue
+                # As the browser does: report what the client measured; the server saves it.
+                timing = {"type": "client_timing", "answer_id": ask.answer_id, "first_token_ms": ask.ttft_ms}
+                timing["done_ms"] = round((time.perf_counter() - sent) * 1000, 1)
+                await socket.send(json.dumps(timing))
+                while (frame := await receive(socket))["type"] != "overhead":
+                    pass
+                ask.overhead_saved_ms = frame.get("websocket_overhead_ms")
+    except asyncio.CancelledError:
+        for ask in mine:
+            if ask.status == "unanswered":
+                ask.status = "timeout"
+        raise
+    except (OSError, WebSocketException, ValueError) as exc:
+        result.socket_errors.append(f"socket {number}: {type(exc).__name__}: {exc}")
+        for ask in mine:
+            if ask.status == "unanswered":
+                ask.status, ask.error = "closed", str(exc)
+
+
+async def _open(url: str, origin: Origin, cookie: str, number: int, result: RoundResult) -> ClientConnection:
+    """Connect as the chat page does: a refused handshake is tried again after 2 s (counted)."""
+    for attempt in range(1, HANDSHAKE_TRIES + 1):
+        try:
+            return await websockets.connect(
+                url, origin=origin, additional_headers={"Cookie": cookie}, open_timeout=60, max_size=2**22
+            )
+        except InvalidStatus as exc:
+            result.refused_handshakes.append(f"socket {number}, try {attempt}: {exc}")
+            if attempt == HANDSHAKE_TRIES:
+                raise
+            await asyncio.sleep(RECONNECT_S)
+    raise AssertionError("unreachable")
+
+
+def _finish(ask: AskResult, answer: dict[str, Any], sent: float, token_at: list[float]) -> None:
+    ask.status, ask.error, ask.tokens = str(answer.get("status")), str(answer.get("error") or ""), len(token_at)
+    if not token_at:
+        return
+    timings = answer.get("timings") or {}
+    ask.ttft_ms = round((token_at[0] - sent) * 1000, 1)
+    last_ms = (token_at[-1] - sent) * 1000
+    if timings.get("server_first_token_ms") is not None:
+        ask.first_delay_ms = round(ask.ttft_ms - timings["server_first_token_ms"], 1)
+    if timings.get("server_done_ms") is not None:
+        ask.last_delay_ms = round(last_ms - timings["server_done_ms"], 1)
+    ask.gaps_ms = [round((b - a) * 1000, 1) for a, b in itertools.pairwise(token_at)]
+
+
+async def _browse(
+    web: str, person: Person, paths: list[str], offset: int, plan: LoadPlan, stop: asyncio.Event, result: RoundResult
+) -> None:
+    headers = {"Cookie": person.cookie}
+    async with httpx.AsyncClient(base_url=web, headers=headers, timeout=120, follow_redirects=False) as client:
+        n = offset
+        while not stop.is_set():
+            path = paths[n % len(paths)]
+            n += 1
+            began = time.perf_counter()
+            try:
+                response = await client.get(path)
+                status = response.status_code
+            except httpx.HTTPError:
+                status = 0
+            result.pages.append((path, status, round((time.perf_counter() - began) * 1000, 1)))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), plan.think_s)
+
+
+async def round_run(
+    web: str, cast: Cast, plan: LoadPlan, round_no: int, questions: list[str], paths: tuple[list[str], list[str]]
+) -> RoundResult:
+    """All sockets ask their questions while the browsers browse; browsing stops when the sockets are done."""
+    result = RoundResult()
+    learner_paths, instructor_paths = paths
+    stop = asyncio.Event()
+    began = time.perf_counter()
+    browsers = [
+        asyncio.create_task(
+            _browse(web, p, instructor_paths if p.instructor else learner_paths, n * 3, plan, stop, result)
+        )
+        for n, p in enumerate(cast.browsers)
+    ]
+    sockets = [
+        asyncio.create_task(_socket(web, cast, n, round_no, plan, questions, result)) for n in range(plan.sockets)
+    ]
+    try:
+        async with asyncio.timeout(plan.round_limit_s):
+            await asyncio.gather(*sockets)
+    except TimeoutError:
+        result.socket_errors.append(f"round {round_no} stopped after {plan.round_limit_s:.0f} s")
+    finally:
+        for task in sockets:
+            task.cancel()
+        await asyncio.gather(*sockets, return_exceptions=True)
+        stop.set()
+        await asyncio.gather(*browsers, return_exceptions=True)
+    result.seconds = round(time.perf_counter() - began, 1)
+    return result

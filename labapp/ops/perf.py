@@ -1,0 +1,194 @@
+"""``make perf``: the project's speed as ratios, on this machine, from one command.
+
+Starts whatever of the stack is not already running (Redis, Chroma, the engine, the web
+server; `make run` may be up in another terminal), builds the search index, runs each
+benchmark command with ``--json``, prints one table and writes it to
+``data/perf/perf-<time>.md``. These are measurements, not pass/fail checks.
+
+    python -m labapp.ops.perf [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from datetime import datetime
+from io import StringIO
+from pathlib import Path
+from typing import Any
+
+import django
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "labapp.settings")
+
+Row = tuple[str, str, str]  # what, figure, command
+
+
+def _run(command: str, **options: Any) -> dict[str, Any] | list[Any]:
+    from django.core.management import call_command
+
+    out = StringIO()
+    call_command(command, json=True, stdout=out, **options)
+    data: dict[str, Any] | list[Any] = json.loads(out.getvalue())
+    return data
+
+
+def _command(name: str, options: dict[str, Any]) -> str:
+    """The command line a row came from (a True option is a bare flag)."""
+    flags = " ".join(
+        f"--{k.replace('_', '-')}" + ("" if v is True else f" {v}") for k, v in options.items() if k not in ("web",)
+    )
+    return f"python manage.py {name} {flags}".strip()
+
+
+def chat_rows(web: str, quick: bool) -> list[Row]:
+    options: dict[str, Any] = {"runs": 6 if quick else 20, "top_k": 4, "max_tokens": 8}
+    s = _run("chat_overhead", web=web, **options)
+    assert isinstance(s, dict)
+    command = _command("chat_overhead", options)
+    rows = [
+        (
+            "chat TTFT vs direct vLLM (ratio), shared prefix cached",
+            f"{s['ratio']:.3f} ({s['chat_ttft_ms']:.0f} vs {s['direct_ttft_ms']:.0f} ms)",
+            command,
+        ),
+        ("  added by the chat, of which retrieval", f"{s['overhead_ms']:.0f} ms, {s['retrieval_ms']:.0f} ms", command),
+        ("  added without retrieval", f"{s['overhead_without_retrieval_ms']:.1f} ms", command),
+    ]
+    cold_options = options | {"runs": 4 if quick else 10, "cold": True}
+    c = _run("chat_overhead", web=web, **cold_options)
+    assert isinstance(c, dict)
+    rows.append(
+        (
+            "chat TTFT vs direct vLLM (ratio), prefix cache emptied before each",
+            f"{c['ratio']:.3f} ({c['chat_ttft_ms']:.0f} vs {c['direct_ttft_ms']:.0f} ms, "
+            f"{c['prompt_tokens']} prompt tokens; added {c['overhead_ms']:.0f} ms)",
+            _command("chat_overhead", cold_options),
+        )
+    )
+    return rows
+
+
+def fidelity_rows(quick: bool) -> list[Row]:
+    options = {
+        "num_prompts": 8 if quick else 16,
+        "input_len": 256,
+        "output_len": 32,
+        "concurrency": 4,
+        "rounds": 2 if quick else 4,
+    }
+    r = _run("bench_fidelity", **options)
+    assert isinstance(r, dict)
+    command = _command("bench_fidelity", options)
+    rows = []
+    for key, label in (
+        ("median_ttft_ms", "median TTFT"),
+        ("median_tpot_ms", "median TPOT"),
+        ("output_throughput", "output throughput"),
+    ):
+        ours, theirs = r["ours"][key], r["vllm"][key]
+        rows.append((f"our runner / vllm bench serve: {label}", f"{ours / theirs:.3f}", command))
+    cpu_ours, cpu_theirs = r["ours"].get("client_cpu_s", 0.0), r["vllm"].get("client_cpu_s", 0.0)
+    rows.append(("  client CPU during the run: ours / vLLM's", f"{cpu_ours:.2f} s / {cpu_theirs:.2f} s", command))
+    return rows
+
+
+def client_rows(quick: bool) -> list[Row]:
+    options = {"levels": "1,2,4,8,16,32,64" if quick else "1,2,4,8,16,32,64,128,256", "requests_per_level": 32}
+    r = _run("bench_client_overhead", **options)
+    assert isinstance(r, dict)
+    command = _command("bench_client_overhead", options)
+    within = [row for row in r["levels"] if (row["first"]["client_queue_ms"]["p50"] or 0.0) <= 1.0]
+    best = max(within, key=lambda row: row["concurrency"]) if within else None
+    figure = (
+        f"{best['concurrency']} concurrent streams, {best['requests_per_s']} req/s"
+        if best
+        else "client queue above 1 ms at every level"
+    )
+    return [("client capacity before client queueing > 1 ms (p50)", figure, command)]
+
+
+def retrieval_rows(quick: bool) -> list[Row]:
+    options = {"sizes": "1000,10000" if quick else "1000,10000,100000", "questions": 20}
+    rows = _run("bench_retrieval_scale", **options)
+    assert isinstance(rows, list)
+    command = _command("bench_retrieval_scale", options)
+    return [
+        (
+            f"retrieval at {row['chunks']} chunks (embed + hybrid search)",
+            f"p50 {row['total_p50_ms']} ms, p95 {row['total_p95_ms']} ms",
+            command,
+        )
+        for row in rows
+    ]
+
+
+def decode_rows(quick: bool) -> list[Row]:
+    r = _run("bench_decode_bound")
+    assert isinstance(r, dict)
+    return [
+        (
+            "measured TPOT / memory-bandwidth bound",
+            f"{r['ratio']:.2f} ({r['measured_tpot_ms']:.1f} ms vs ≥ {r['bound_tpot_ms']:.1f} ms: "
+            f"{r['weight_bytes'] / 1e9:.2f} GB at {r['read_bandwidth_gb_s']:.1f} GB/s)",
+            "python manage.py bench_decode_bound",
+        )
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="fewer runs and sizes (a few minutes)")
+    parser.add_argument("--only", default="", help="comma-separated: chat,fidelity,client,retrieval,decode")
+    args = parser.parse_args(argv)
+    django.setup()
+    from django.conf import settings
+    from django.core.management import call_command
+
+    from labapp.ops.stack import launch
+
+    log_dir = Path(settings.DATA_DIR) / "perf" / "logs"
+    sections: dict[str, Callable[[], list[Row]]] = {
+        "chat": lambda: chat_rows(f"http://127.0.0.1:{settings.WEB_PORT}", args.quick),
+        "fidelity": lambda: fidelity_rows(args.quick),
+        "client": lambda: client_rows(args.quick),
+        "retrieval": lambda: retrieval_rows(args.quick),
+        "decode": lambda: decode_rows(args.quick),
+    }
+    wanted = [s for s in args.only.split(",") if s] or list(sections)
+    unknown = sorted(set(wanted) - set(sections))
+    if unknown:
+        parser.error(f"unknown sections: {', '.join(unknown)}")
+    rows: list[Row] = []
+    started = launch.start_missing(("redis", "chroma", "engine", "web"), log_dir, tag="perf")
+    try:
+        call_command("migrate", verbosity=0)
+        call_command("load_chapter", verbosity=0)
+        call_command("build_index", wait=120, verbosity=0)
+        for name in wanted:
+            began = time.monotonic()
+            print(f"[perf] {name} …", flush=True)
+            try:
+                rows += sections[name]()
+            except Exception as exc:  # one benchmark failing does not lose the others
+                rows.append((name, f"failed: {type(exc).__name__}: {exc}"[:300], "—"))
+            print(f"[perf] {name} took {time.monotonic() - began:.0f} s", flush=True)
+    finally:
+        for service in reversed(started):
+            service.stop()
+    table = ["| what | measured | command |", "|---|---|---|"] + [f"| {a} | {b} | `{c}` |" for a, b, c in rows]
+    text = "\n".join(table)
+    print(text)
+    out = Path(settings.DATA_DIR) / "perf" / f"perf-{datetime.now():%Y%m%d-%H%M%S}.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text + "\n")
+    print(f"[perf] written to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,162 @@
+"""Run one embedded component under the Procfile: ``python -m labapp.ops.stack NAME``.
+
+honcho stops every process as soon as one exits, so this wrapper never exits on
+its own: when its component cannot start or dies, it says so (naming the
+component and the reason) and stays idle, and the rest of the lab keeps running;
+the status page shows the component red.  On SIGINT/SIGTERM it stops the
+component and every process under it, so Ctrl-C leaves no orphans behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from types import FrameType
+
+import django
+import psutil
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "labapp.settings")
+
+_stop = threading.Event()
+# honcho SIGKILLs whatever still runs 5 s after its SIGTERM; finish before that.
+STOP_GRACE_S = 4.0
+
+
+def _say(name: str, message: str) -> None:
+    print(f"[{name}] {message}", flush=True)
+
+
+def _on_signal(signum: int, frame: FrameType | None) -> None:
+    _stop.set()
+
+
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def stop_tree(process: subprocess.Popen[bytes], grace_s: float) -> None:
+    """SIGTERM the component and every process under it; SIGKILL what outlives ``grace_s``.
+
+    The whole tree is found up front, so helpers that a service spawned (Celery's
+    pool, vLLM's engine core) are stopped even if their parent exits first.
+    """
+    try:
+        root = psutil.Process(process.pid)
+        family = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        family = []
+    for member in family:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            member.terminate()
+    _, alive = psutil.wait_procs(family, timeout=grace_s)
+    for member in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            member.kill()
+    psutil.wait_procs(alive, timeout=5)
+    process.wait()
+
+
+def web_url() -> str:
+    from django.conf import settings
+
+    host = settings.WEB_HOST if settings.WEB_HOST not in ("127.0.0.1", "0.0.0.0", "::", "") else "localhost"
+    return f"http://{host}:{settings.WEB_PORT}/"
+
+
+def idle(name: str) -> int:
+    _stop.wait()
+    _say(name, "stopped")
+    return 0
+
+
+def run(name: str) -> int:
+    from labapp.ops.stack.components import BUILDERS, PrepareError
+
+    try:
+        component = BUILDERS[name]()
+    except KeyError:
+        _say(name, f"unknown component; choose from {', '.join(BUILDERS)}")
+        return 2
+    if component.external:
+        _say(name, f"not started here: using the external server at {component.external}")
+        return idle(name)
+    if component.port is not None and port_in_use(component.port):
+        _say(
+            name,
+            f"FAILED to start: port {component.port} on 127.0.0.1 is already in use "
+            f"(another {name}? stop it or choose another port)",
+        )
+        return idle(name)
+    if not os.path.exists(component.command[0]):
+        _say(name, f"FAILED to start: missing binary {component.command[0]}")
+        return idle(name)
+    if component.prepare is not None:
+        try:
+            component.prepare()
+        except PrepareError as exc:
+            _say(name, f"FAILED to start: {exc}")
+            return idle(name)
+
+    started = time.monotonic()
+    # The component stays in this wrapper's process group: if honcho has to
+    # SIGKILL the group, the component goes with it instead of being orphaned.
+    process = subprocess.Popen(component.command, env=os.environ | component.env)
+    _say(name, f"started (pid {process.pid})")
+    try:
+        ready_reported = component.ready is None
+        while not _stop.is_set():
+            code = process.poll()
+            if code is not None:
+                if component.one_shot and code == 0:
+                    _say(name, f"finished in {time.monotonic() - started:.1f} s")
+                else:
+                    _say(name, f"FAILED: exited with code {code}; see its output above")
+                return idle(name)
+            if not ready_reported and component.ready is not None:
+                if component.ready():
+                    ready_reported = True
+                    _say(name, f"ready in {time.monotonic() - started:.1f} s")
+                    if name == "web":
+                        _say(name, f"open {web_url()}")
+                elif time.monotonic() - started > component.ready_timeout_s:
+                    _say(name, f"not ready after {component.ready_timeout_s:.0f} s; still waiting")
+                    ready_reported = True
+            _stop.wait(0.5)
+    finally:
+        if process.poll() is None:
+            _say(name, "stopping")
+            stop_tree(process, grace_s=STOP_GRACE_S)
+    _say(name, "stopped")
+    return 0
+
+
+def main() -> int:
+    if len(sys.argv) != 2:
+        print("usage: python -m labapp.ops.stack COMPONENT", file=sys.stderr)
+        return 2
+    name = sys.argv[1]
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    try:
+        django.setup()
+    except Exception as exc:  # a bad environment value: say which, then stop
+        _say(name, f"FAILED: configuration error: {exc}")
+        return 78
+    return run(name)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

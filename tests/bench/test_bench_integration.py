@@ -1,0 +1,86 @@
+"""The load generator and the fidelity comparison against the real engine."""
+
+from __future__ import annotations
+
+import json
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+
+from bench import runner
+from bench.metrics import summarize
+from tests import aio
+
+pytestmark = pytest.mark.integration
+
+
+def test_the_runner_measures_the_real_engine_at_a_fixed_concurrency(engine: str) -> None:
+    from rag.vllm import client as vllm_client
+
+    model = vllm_client.model_name()
+    specs = [runner.RequestSpec(prompt=f"run {i}: " + "token " * 60, max_tokens=8) for i in range(4)]
+    result = aio.run(runner.run(specs, base_url=engine, model=model, shape=runner.LoadShape(concurrency=2)))
+    summary = summarize(result.records, duration=result.duration, max_concurrent_requests=result.max_concurrent)
+    assert summary["completed"] == 4 and summary["failed"] == 0, [r.error for r in result.records]
+    assert summary["total_output_tokens"] == 32  # ignore_eos: exactly max_tokens each
+    assert 0 < summary["median_ttft_ms"] < summary["median_e2el_ms"]
+    assert summary["median_tpot_ms"] > 0 and result.max_concurrent == 2
+    assert all(r.prefill_time_server is not None for r in result.records)
+
+
+def test_bench_fidelity_runs_vllm_bench_serve_and_our_runner_on_the_same_workload(engine: str) -> None:
+    out = StringIO()
+    call_command(
+        "bench_fidelity", num_prompts=4, input_len=64, output_len=8, concurrency=2, rounds=2, json=True, stdout=out
+    )
+    report = json.loads(out.getvalue())
+    assert [r["first"] for r in report["rounds"]] == ["vllm", "ours"]  # who goes first alternates
+    assert report["vllm"]["client_cpu_s"] > 0 and report["ours"]["client_cpu_s"] > 0
+    assert report["vllm"]["completed"] == report["ours"]["completed"] == 4
+    assert report["prompt_tokens"]["vllm"] == report["prompt_tokens"]["ours"] == 64
+    for key in ("median_ttft_ms", "median_tpot_ms", "output_throughput"):
+        assert report["vllm"][key] > 0 and report["ours"][key] > 0
+        assert 0.3 < report["ours"][key] / report["vllm"][key] < 3  # a sanity band, not a speed claim
+
+
+@pytest.mark.django_db
+def test_a_length_sweep_job_on_the_real_engine_fits_rising_lines(engine: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from django.contrib.auth.models import User
+
+    from bench import jobs, services
+    from bench.models import BenchJob
+
+    small = jobs.SweepConfig(input_lengths=(64, 512, 1024), fixed_output=8, output_lengths=(8, 48), fixed_input=64)
+    monkeypatch.setattr(jobs, "config_for", lambda kind, raw: small)
+    owner = User.objects.create(username="sweeper")
+    job = BenchJob.objects.create(owner=owner, kind="sweep", config={"repeats": 1, "seed": 11}, engine_url=engine)
+    done = services.job_execute(job_id=job.pk)
+    assert done.status == BenchJob.Status.DONE, done.error
+    fits = done.results["fits"]
+    assert fits["ttft_vs_input"]["slope"] > 0  # a longer prompt takes longer to prefill
+    assert fits["decode_vs_output"]["slope"] > 0  # each output token costs about one TPOT
+    assert fits["prefill_speed"] > 0 and fits["tpot_ms"] > 0
+    assert all(c["median_cached_tokens"] == 0 for c in done.results["cells"])  # unique prompts: no cache hits
+
+
+@pytest.mark.django_db
+def test_a_load_sweep_job_on_the_real_engine_runs_requests_side_by_side(
+    engine: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django.contrib.auth.models import User
+
+    from bench import jobs, services
+    from bench.models import BenchJob
+
+    small = jobs.LoadConfig(concurrencies=(1, 4), input_tokens=64, output_tokens=8, slo_ttft_ms=60_000)
+    monkeypatch.setattr(jobs, "config_for", lambda kind, raw: small)
+    owner = User.objects.create(username="load-real")
+    job = BenchJob.objects.create(owner=owner, kind="load", config={"repeats": 1, "seed": 12}, engine_url=engine)
+    done = services.job_execute(job_id=job.pk)
+    assert done.status == BenchJob.Status.DONE, done.error
+    one, four = done.results["cells"]
+    assert one["completed"] == four["completed"] == 8
+    assert one["max_concurrent_requests"] == 1 and four["max_concurrent_requests"] == 4
+    assert four["server"]["peak_running"] >= 2  # the engine itself saw requests batched together
+    assert four["request_throughput"] > one["request_throughput"]  # batching: more requests per second

@@ -1,0 +1,183 @@
+"""A real browser (Debian's chromium through Playwright) against the real stack."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.browser]
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+COMPONENTS = ["database", "redis", "chroma", "vllm", "celery", "embeddings"]
+
+
+def test_every_component_is_green_on_the_status_page(full_stack: str, browser: object) -> None:
+    page = browser.new_page(viewport={"width": 1280, "height": 900})  # type: ignore[attr-defined]
+    page.goto(f"{full_stack}/status/", timeout=120_000)
+    for key in COMPONENTS:
+        row = page.locator(f"#component-{key}")
+        assert row.get_attribute("class") == "ok", f"{key}: {row.inner_text()}"
+        assert " ms" in row.locator(".rtt").inner_text()
+    page.wait_for_selector("#ws-row[data-ok='true']", timeout=15_000)
+    assert "channel layer" in page.locator("#ws-row .detail").inner_text()
+    assert page.locator("#status-banner .banner").count() == 0
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "status-all-green.png"), full_page=True)
+    page.close()
+
+
+def test_the_language_switch_turns_the_site_english(full_stack: str, browser: object) -> None:
+    page = browser.new_page()  # type: ignore[attr-defined]
+    page.goto(f"{full_stack}/")
+    assert page.locator("html").get_attribute("lang") == "ko"
+    page.click("button[value=en]")
+    page.wait_for_load_state()
+    assert page.locator("html").get_attribute("lang") == "en"
+    assert "Chapter 16" in page.locator("h1").inner_text()
+    page.close()
+
+
+def test_a_learner_asks_watches_tokens_arrive_stops_an_answer_and_compares_two_settings(
+    full_stack: str, chapter_indexed: None, browser: object
+) -> None:
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})  # type: ignore[attr-defined]
+    page.goto(f"{full_stack}/chat/")
+    page.wait_for_selector("#socket-state[data-state=open]", timeout=15_000)
+    page.fill("textarea[name=question]", "프리필과 디코드는 어떻게 다른가요?")
+    page.fill("input[name=max_tokens]", "48")
+    page.click("#ask-button")
+    first = page.locator(".answer").nth(0)
+    # Tokens arrive one after another: the text is seen at several lengths before the answer ends.
+    lengths: set[int] = set()
+    for _ in range(600):
+        if first.get_attribute("data-status") != "streaming":
+            break
+        lengths.add(len(first.locator(".text").inner_text()))
+        page.wait_for_timeout(50)
+    assert len(lengths - {0}) >= 2, lengths
+    page.wait_for_selector(".answer[data-status=done]", timeout=120_000)
+    for key in ("retrieval", "prefill_server", "ttft", "decode_client", "tpot", "queue"):
+        assert "ms" in first.locator(f"td[data-k={key}]").inner_text(), key
+    assert int(first.locator("td[data-k=prompt_tokens]").inner_text()) > 0
+    assert first.locator("td[data-k=split]").inner_text().count("/") == 2
+    page.wait_for_function(
+        "document.querySelector('.answer td[data-k=websocket]').textContent.includes('ms')", timeout=10_000
+    )
+    widths = [first.locator(f".seg-{p}").evaluate("e => parseFloat(e.style.width)") for p in ("prefill", "decode")]
+    assert all(w > 0 for w in widths)
+    assert first.locator(".sources li[data-chunk]").count() >= 1
+    assert "질문: 프리필과 디코드는" in first.locator(".prompt pre").text_content()
+
+    # A long answer, stopped half-way: the partial text stays and is marked stopped.
+    page.fill("textarea[name=question]", "KV 캐시를 아주 길고 자세하게 설명해 주세요.")
+    page.fill("input[name=max_tokens]", "600")
+    page.fill("input[name=temperature]", "1")
+    page.click("#ask-button")
+    second = page.locator(".answer").nth(1)
+    page.wait_for_function(
+        "document.querySelectorAll('.answer')[1].querySelector('.text').textContent.length > 3", timeout=120_000
+    )
+    second.locator("button.stop").click()
+    page.wait_for_selector(".answer[data-status=stopped]", timeout=15_000)
+    assert second.locator(".text").inner_text().strip()
+    assert second.locator("td[data-k=ttft]").inner_text().endswith("ms")
+
+    # Ask the first question again with other settings: the two answers stand side by side.
+    first.locator("button.again").click()
+    page.fill("input[name=top_k]", "1")
+    page.fill("input[name=max_tokens]", "16")
+    page.fill("input[name=temperature]", "0")
+    page.click("#ask-button")
+    pair = page.locator(".turn.side-by-side")
+    pair.wait_for(timeout=10_000)
+    page.wait_for_function(
+        "document.querySelectorAll('.turn.side-by-side .answer[data-status=done]').length === 2", timeout=120_000
+    )
+    assert pair.locator(".answer").nth(1).locator(".sources li[data-chunk]").count() == 1
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "chat-side-by-side.png"), full_page=True)
+
+    # Reopened from the history, the same three answers and their panels come back.
+    page.goto(f"{full_stack}/chat/history/")
+    page.locator("table.history a").first.click()
+    page.wait_for_selector(".answer[data-status=stopped]")
+    assert page.locator(".answer").count() == 3
+    assert page.locator(".turn.side-by-side .answer").count() == 2
+    assert "ms" in page.locator(".answer td[data-k=ttft]").first.inner_text()
+    page.close()
+
+
+def test_a_learner_starts_a_speed_probe_watches_the_progress_bar_and_sees_the_chart(
+    full_stack: str, browser: object
+) -> None:
+    page = browser.new_page(viewport={"width": 1300, "height": 1000})  # type: ignore[attr-defined]
+    page.goto(f"{full_stack}/bench/")
+    # The form shows the chosen kind's settings; a bad one comes back at its field.
+    assert not page.is_visible("input[name=concurrencies]")
+    page.select_option("select[name=kind]", "load")
+    assert page.is_visible("input[name=concurrencies]") and not page.is_visible("input[name=top_ks]")
+    page.fill("input[name=concurrencies]", "1, 0")
+    page.click("#start-speed")
+    page.wait_for_selector("[data-error-for=concurrencies]")
+    assert page.is_visible("input[name=concurrencies]")  # still on the load settings, value kept
+    assert page.input_value("input[name=concurrencies]") == "1, 0"
+    page.fill("input[name=concurrencies]", "")
+    page.select_option("select[name=kind]", "speed")
+    page.fill("input[name=repeats]", "1")
+    page.click("#start-speed")
+    page.wait_for_selector("#job-state")
+    seen: set[int] = set()
+    pushed = False
+    for _ in range(1800):  # the real worker measures the real engine: about a minute on two cores
+        state = page.locator("#job-state")
+        if state.count() and state.get_attribute("data-status") in ("done", "failed", "cancelled"):
+            break
+        progress = page.locator("#job-progress")
+        if progress.count():
+            seen.add(int(progress.get_attribute("value") or 0))
+            pushed = pushed or int(page.evaluate("Number(document.body.dataset.pushes || 0)")) > 0
+        page.wait_for_timeout(200)
+    assert page.locator("#job-state").get_attribute("data-status") == "done", page.locator("#job-state").inner_text()
+    assert len(seen) >= 3, f"the progress bar did not move: {seen}"
+    assert pushed, "no progress arrived over the job's websocket"
+    page.wait_for_selector("#job-chart[data-drawn=true]", timeout=10_000)
+    assert page.locator("#job-chart .main-svg").count() >= 1
+    page.wait_for_selector("#job-timeline[data-drawn=true]", timeout=10_000)
+    assert float(page.locator("#prefill-speed").inner_text().replace(",", "")) > 0
+    assert float(page.locator("#decode-speed").inner_text().replace(",", "")) > 0
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "bench-speed-probe.png"), full_page=True)
+    page.close()
+
+
+def test_the_team_demo_sweeps_live_and_asks_two_settings_side_by_side(
+    full_stack: str, chapter_indexed: None, browser: object
+) -> None:
+    page = browser.new_page(viewport={"width": 1600, "height": 1100})  # type: ignore[attr-defined]
+    page.goto(f"{full_stack}/demo/")
+    page.eval_on_selector("input[name=top_k_max]", "el => { el.value = '2'; el.dispatchEvent(new Event('input')); }")
+    page.eval_on_selector("input[name=chunk_size_max]", "el => { el.value = '200'; }")
+    page.click("#demo-start")
+    page.wait_for_selector("#demo-progress")
+    cells_seen: set[str] = set()
+    for _ in range(900):  # two requests through the worker on the real engine
+        chart = page.locator("#demo-chart")
+        cells_seen.add(chart.get_attribute("data-cells") or "0")
+        if page.locator("#demo-progress").get_attribute("data-status") in ("done", "failed", "cancelled"):
+            break
+        page.wait_for_timeout(200)
+    page.wait_for_timeout(2000)  # the last poll draws the finished chart
+    assert page.locator("#demo-progress").get_attribute("data-status") == "done"
+    assert page.locator("#demo-chart").get_attribute("data-cells") == "2"
+    assert page.locator("#demo-chart .main-svg").count() >= 1
+    page.wait_for_selector("#socket-state[data-state=open]", timeout=15_000)
+    page.click("#ask-button")
+    page.wait_for_selector(".turn.side-by-side .answer >> nth=1", timeout=120_000)
+    for index in range(2):
+        answer = page.locator(".turn.side-by-side .answer").nth(index)
+        answer.locator(".status").filter(has_text="완료").wait_for(timeout=120_000)
+    assert "/demo/" in page.url  # the demo keeps its address while the chat runs
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "team-demo.png"), full_page=True)
+    page.close()

@@ -1,0 +1,47 @@
+"""The lab under load, over the harness's real stack (labapp/ops/loadtest/).
+
+Reduced size here (12 chat websockets, 3 users with two tabs, 6 browsing users, one
+benchmark job); ``LOAD_FULL=1`` runs the issue's size (50 sockets, 10 two-tab users,
+30 browsing users). The table lands in test-artifacts/load/.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from labapp.ops import loadtest
+from tests import harness
+
+pytestmark = pytest.mark.integration
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "load"
+
+
+def test_many_sockets_browsers_and_a_job_at_once_deliver_every_frame_to_its_socket_and_save_every_answer(
+    full_stack: str, chapter_indexed: None, celery_worker: harness.Service, shared_database: None
+) -> None:
+    full = os.environ.get("LOAD_FULL") == "1"
+    plan = loadtest.FULL if full else loadtest.REDUCED
+    # The web server and the worker are found by their ports (a fault test may have restarted them).
+    report = loadtest.load_run(full_stack, plan)
+    text = loadtest.table(report)
+    print(text)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    name = "full" if full else "reduced"
+    (ARTIFACTS / f"{name}.txt").write_text(text + "\n")
+    (ARTIFACTS / f"{name}.json").write_text(json.dumps(report, indent=1))
+
+    assert report["misdelivered"] == []
+    assert report["socket_errors"] == []
+    assert report["answers"]["failed"] == [] and report["answers"]["done"] == plan.sockets * plan.asks * plan.rounds
+    assert report["pages"]["5xx"] == 0 and report["pages"]["other_not_200"] == []
+    assert report["pages"]["gradebook_ms"]["n"] > 0, "the gradebook was not fetched"
+    assert report["saved"]["problems"] == [] and report["saved"]["saved"] == report["answers"]["asked"]
+    assert report["job"] is not None and report["job"]["status"] == "done", report["job"]
+    assert all(values[0] is not None for values in report["rss_mib"].values()), report["rss_mib"]
+    assert report["rss_flat"], report["rss_last_round_growth_mib"]
+    assert loadtest.failures(report) == []

@@ -1,0 +1,99 @@
+"""The performance commands: decode vs the memory-bandwidth bound, retrieval latency at scale."""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Iterator
+from io import StringIO
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+
+from bench.management.commands import bench_decode_bound
+from tests import fake_vllm
+
+
+def _safetensors(path: Path, tensors: dict[str, list[int]]) -> None:
+    header = {name: {"dtype": "F32", "shape": shape, "data_offsets": [0, 0]} for name, shape in tensors.items()}
+    header["__metadata__"] = {"format": "pt"}
+    raw = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw)
+
+
+@pytest.fixture
+def fake() -> Iterator[str]:
+    with fake_vllm.serve(fake_vllm.Script(delay_s=0.002, pieces=["a"] * 12)) as url:
+        yield url
+
+
+def test_parameters_are_counted_from_the_safetensors_headers(tmp_path: Path) -> None:
+    _safetensors(tmp_path / "model-1.safetensors", {"embed": [1000, 64], "norm": [64]})
+    _safetensors(tmp_path / "model-2.safetensors", {"proj": [64, 64, 2]})
+    assert bench_decode_bound.weight_count(tmp_path) == 64000 + 64 + 8192
+
+
+def test_read_bandwidth_is_a_positive_rate() -> None:
+    assert bench_decode_bound.read_bandwidth(mib_per_reader=8, readers=2, rounds=2) > 1e8  # above 100 MB/s
+
+
+def test_the_decode_bound_command_prints_the_ratio(fake: str, settings: Any, tmp_path: Path) -> None:
+    settings.VLLM_BASE_URL, settings.VLLM_MODEL = fake, ""
+    _safetensors(tmp_path / "model.safetensors", {"w": [1000, 1000]})
+    out = StringIO()
+    call_command(
+        "bench_decode_bound", model_dir=tmp_path, dtype="float32", output_tokens=8, repeats=2, json=True, stdout=out
+    )
+    report = json.loads(out.getvalue())
+    assert report["parameters"] == 1_000_000 and report["weight_bytes"] == 4_000_000
+    assert report["bound_tpot_ms"] > 0 and report["measured_tpot_ms"] > 0
+    assert report["ratio"] == pytest.approx(report["measured_tpot_ms"] / report["bound_tpot_ms"])
+
+
+@pytest.mark.integration
+@pytest.mark.django_db
+def test_retrieval_latency_is_measured_on_a_synthetic_collection(chroma_server: str) -> None:
+    call_command("load_chapter", verbosity=0)
+    out = StringIO()
+    call_command("bench_retrieval_scale", sizes="300", questions=3, json=True, stdout=out)
+    (row,) = json.loads(out.getvalue())
+    assert row["chunks"] == 300 and row["total_p50_ms"] > 0 and row["search_p95_ms"] >= row["search_p50_ms"]
+    again = StringIO()
+    call_command("bench_retrieval_scale", sizes="300", questions=2, json=True, stdout=again)
+    assert json.loads(again.getvalue())[0]["fill_s"] == 0.0  # the collection is kept for the next run
+
+
+def test_make_perf_turns_each_commands_json_into_table_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    from labapp.ops import perf
+
+    canned: dict[str, Any] = {
+        "chat_overhead": {"ratio": 1.21, "chat_ttft_ms": 370.0, "direct_ttft_ms": 305.0, "overhead_ms": 70.0,
+                          "retrieval_ms": 49.0, "overhead_without_retrieval_ms": 17.0, "prompt_tokens": 612},
+        "bench_fidelity": {"ours": {"median_ttft_ms": 396.0, "median_tpot_ms": 28.5, "output_throughput": 101.0,
+                                    "client_cpu_s": 1.5},
+                           "vllm": {"median_ttft_ms": 393.5, "median_tpot_ms": 31.5, "output_throughput": 94.3,
+                                    "client_cpu_s": 2.25}},
+        "bench_client_overhead": {"levels": [
+            {"concurrency": 1, "first": {"client_queue_ms": {"p50": 0.15}}, "requests_per_s": 7.9},
+            {"concurrency": 8, "first": {"client_queue_ms": {"p50": 2.4}}, "requests_per_s": 57.7}]},
+        "bench_retrieval_scale": [{"chunks": 1000, "total_p50_ms": 40.0, "total_p95_ms": 60.0}],
+        "bench_decode_bound": {"ratio": 1.4, "measured_tpot_ms": 28.0, "bound_tpot_ms": 20.0,
+                               "weight_bytes": 1.07e9, "read_bandwidth_gb_s": 53.6},
+    }  # fmt: skip
+    monkeypatch.setattr(perf, "_run", lambda command, **options: canned[command])
+    rows = perf.chat_rows("http://x", quick=True) + perf.fidelity_rows(quick=True) + perf.client_rows(quick=True)
+    rows += perf.retrieval_rows(quick=True) + perf.decode_rows(quick=True)
+    text = {what: figure for what, figure, _ in rows}
+    assert text["chat TTFT vs direct vLLM (ratio), shared prefix cached"].startswith("1.210")
+    assert "612 prompt tokens" in text["chat TTFT vs direct vLLM (ratio), prefix cache emptied before each"]
+    assert any(command.endswith("--cold") for _, _, command in rows)
+    assert text["our runner / vllm bench serve: median TTFT"] == "1.006"
+    assert text["  client CPU during the run: ours / vLLM's"] == "1.50 s / 2.25 s"
+    assert text["client capacity before client queueing > 1 ms (p50)"].startswith("1 concurrent")
+    assert "p95 60.0 ms" in text["retrieval at 1000 chunks (embed + hybrid search)"]
+    assert text["measured TPOT / memory-bandwidth bound"].startswith("1.40")
+    assert all(command.startswith("python manage.py") for _, _, command in rows)
+    with pytest.raises(SystemExit):
+        perf.main(["--only", "nonsense"])

@@ -1,0 +1,65 @@
+"""How `make run` starts each service (pure: nothing is started here)."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import override_settings
+
+from labapp.ops.stack import components
+
+
+def test_the_engine_is_started_with_the_flags_the_lab_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(components, "has_nvidia_gpu", lambda: False)
+    monkeypatch.setattr(components, "cpu_has_fast_bf16", lambda: False)
+    engine = components.engine()
+    command = engine.command
+    assert command[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+    for flag in ("--enable-prefix-caching", "--enable-per-request-metrics", "--enable-prompt-tokens-details"):
+        assert flag in command
+    assert command[command.index("--host") + 1] == "127.0.0.1"
+    assert command[command.index("--dtype") + 1] == "float32"
+    assert command[command.index("--served-model-name") + 1] == "gemma-3-270m"
+    assert engine.env["HF_HUB_OFFLINE"] == "1"  # the default model never touches a hub
+    assert engine.env["VLLM_USE_AOT_COMPILE"] == "0"
+    assert engine.env["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0"
+    assert engine.external is None and engine.prepare is components.convert_embedded_model
+
+
+@pytest.mark.parametrize(
+    ("gpu", "fast_bf16", "setting", "expected"),
+    [
+        (True, False, "auto", "bfloat16"),
+        (False, True, "auto", "bfloat16"),
+        (False, False, "auto", "float32"),
+        (False, False, "bfloat16", "bfloat16"),
+    ],
+)
+def test_the_engine_dtype_follows_the_hardware_unless_set(
+    monkeypatch: pytest.MonkeyPatch, gpu: bool, fast_bf16: bool, setting: str, expected: str
+) -> None:
+    monkeypatch.setattr(components, "cpu_has_fast_bf16", lambda: fast_bf16)
+    with override_settings(VLLM_DTYPE=setting):
+        assert components.engine_dtype(gpu) == expected
+
+
+def test_an_external_url_means_the_component_is_not_started() -> None:
+    with override_settings(
+        VLLM_EMBEDDED=False,
+        VLLM_BASE_URL="http://gpu-box:8000",
+        VLLM_MODEL="Qwen/Qwen2.5-1.5B-Instruct",
+        REDIS_EMBEDDED=False,
+        REDIS_URL="redis://cache:6379/0",
+    ):
+        engine = components.engine()
+        assert engine.external == "VLLM_BASE_URL=http://gpu-box:8000"
+        assert engine.prepare is None  # nothing to convert for another model
+        assert components.redis().external == "REDIS_URL=redis://cache:6379/0"
+
+
+@pytest.mark.parametrize(("choice", "bind"), [("all", None), ("1", "0"), ("0-1", "0-1")])
+def test_cpu_threads_bind_the_chosen_cores(choice: str, bind: str | None) -> None:
+    with override_settings(VLLM_CPU_THREADS=choice):
+        env = components.cpu_thread_env()
+    assert env["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0"
+    assert env["VLLM_CPU_OMP_THREADS_BIND"] == (bind or env["VLLM_CPU_OMP_THREADS_BIND"])
+    assert env["VLLM_CPU_OMP_THREADS_BIND"].startswith("0")

@@ -1,0 +1,438 @@
+"""The chat consumer end to end in-process (WebsocketCommunicator) against a scripted vLLM.
+
+Retrieval is replaced by fixed chunks here; the real engine, Chroma and Daphne
+are in test_chat_integration.py and the browser test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from channels.testing import WebsocketCommunicator
+from django.contrib.auth.models import User
+from django.test import Client
+
+from labapp.asgi import application
+from rag import chat, retrieval
+from rag.models import Answer, Conversation
+from rag.vectorstore import RetrievalUnavailable
+from rag.vllm import client as vllm_client
+from tests import aio, fake_vllm
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+CHUNKS = [
+    retrieval.RetrievedChunk(
+        id=f"chapter/ko/s:500:{n}",
+        text=f"자료 {n}: 프리필은 입력 토큰을 한꺼번에 처리합니다. " * 3,
+        metadata={"title": f"절 {n}", "source": "chapter/ko/s", "chunk_index": n},
+        rank=n + 1,
+        fused_score=0.03 - n * 0.001,
+        dense_score=0.5,
+        dense_rank=n + 1,
+        lexical_score=4.0 - n,
+        lexical_rank=n + 1,
+        relevance=0.8,
+    )
+    for n in range(4)
+]
+
+
+@pytest.fixture
+def fake(settings: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[fake_vllm.Script]:
+    script = fake_vllm.Script()
+    with fake_vllm.serve(script) as url:
+        settings.VLLM_BASE_URL = url
+        settings.VLLM_MODEL = ""
+        settings.CHAT_TIMEOUT_S = 5
+        chat.engine_cache_clear()
+        vllm_client._chat_template.clear()
+
+        def retrieve(question: str, *, top_k: int, **kwargs: Any) -> retrieval.RetrievalResult:
+            return retrieval.RetrievalResult(chunks=CHUNKS[:top_k], embed_ms=3.0, search_ms=2.0)
+
+        monkeypatch.setattr(retrieval, "retrieve", retrieve)
+        yield script
+    chat.engine_cache_clear()
+
+
+def _cookie(username: str = "learner1") -> bytes:
+    user = User.objects.get_or_create(username=username)[0]
+    client = Client()
+    client.force_login(user)
+    return f"sessionid={client.cookies['sessionid'].value}".encode()
+
+
+def _socket(cookie: bytes | None, origin: bytes = b"http://localhost") -> WebsocketCommunicator:
+    headers = [(b"origin", origin), (b"host", b"localhost")]
+    if cookie:
+        headers.append((b"cookie", cookie))
+    return WebsocketCommunicator(application, "/ws/chat/", headers=headers)
+
+
+async def _until_done(socket: WebsocketCommunicator, timeout: float = 10) -> list[dict[str, Any]]:
+    frames: list[dict[str, Any]] = []
+    while True:
+        frame = await socket.receive_json_from(timeout=timeout)
+        frames.append(frame)
+        if frame["type"] in ("done", "error"):
+            return frames
+
+
+def _ask(question: str = "프리필이란?", **settings: Any) -> dict[str, Any]:
+    return {"type": "ask", "id": "q1", "question": question, "settings": settings}
+
+
+def test_an_answer_streams_token_by_token_and_is_saved_with_every_panel_number(fake: fake_vllm.Script) -> None:
+    cookie = _cookie()
+
+    async def go() -> list[dict[str, Any]]:
+        socket = _socket(cookie)
+        assert (await socket.connect())[0]
+        await socket.send_json_to(_ask(top_k=3, max_tokens=32))
+        frames = await _until_done(socket)
+        await socket.disconnect()
+        return frames
+
+    frames = aio.run(go())
+    kinds = [f["type"] for f in frames]
+    assert kinds[:3] == ["started", "retrieval", "prompt"] and kinds[-1] == "done"
+    assert [f["text"] for f in frames if f["type"] == "token"] == fake.pieces
+    assert all(f["id"] == "q1" for f in frames)
+    answer = frames[-1]["answer"]
+    t = answer["timings"]
+    assert answer["status"] == "done" and answer["text"] == "".join(fake.pieces)
+    assert t["retrieval_ms"] == 5.0 and t["api"] == "completions"
+    assert 0 < t["client"]["ttft_ms"] < t["client"]["e2el_ms"]
+    assert t["client"]["tpot_ms"] > 0 and t["decode_speed"] > 0
+    assert t["server"] == {"queue_ms": 1.5, "prefill_ms": 20.0, "decode_ms": 30.0}
+    assert t["prefill_source"] == "server"
+    tokens = t["tokens"]
+    assert tokens["cached"] == 16 and tokens["output"] == len(fake.pieces)
+    assert tokens["instructions"] > 0 and tokens["context"] > 0 and tokens["question"] > 0
+    assert t["server_first_token_ms"] <= t["server_done_ms"]
+    assert [s["rank"] for s in answer["sources"]] == [1, 2, 3] and all(s["tokens"] for s in answer["sources"])
+    # The prompt sent is the one saved: instructions, the chunks in source order, the question last.
+    sent = fake.requests[-1]
+    assert sent["prompt"] == answer["prompt"] and sent["prompt"].endswith("질문: 프리필이란?\n답변:")
+    assert sent["stop"] and sent["stream_options"]["include_usage"]
+    saved = Answer.objects.get()
+    assert saved.settings["top_k"] == 3 and saved.settings["max_tokens"] == 32
+    assert saved.timings["client"]["ttft_ms"] == t["client"]["ttft_ms"]
+
+
+def test_the_second_answer_is_estimated_from_the_first_ones_speeds(fake: fake_vllm.Script) -> None:
+    cookie = _cookie()
+
+    async def go() -> dict[str, Any]:
+        socket = _socket(cookie)
+        await socket.connect()
+        for n in range(2):
+            await socket.send_json_to(_ask() | {"id": f"q{n}"})
+            frames = await _until_done(socket)
+        await socket.disconnect()
+        answer: dict[str, Any] = frames[-1]["answer"]
+        return answer
+
+    estimate = aio.run(go())["timings"]["estimate"]
+    assert estimate["total_s"] == pytest.approx(estimate["prefill_s"] + estimate["decode_s"])
+    assert estimate["prefill_speed"] > 0 and estimate["measured_s"] is not None
+
+
+@pytest.mark.parametrize(
+    ("frame", "words"),
+    [
+        ("{not json", "JSON"),
+        ("[1, 2]", "JSON"),
+        ('{"type": "dance"}', "dance"),
+        ('{"type": "ask", "id": "q1", "question": ""}', "empty"),
+        ('{"type": "ask", "id": "q1", "question": "   \\n "}', "empty"),
+        ('{"type": "ask", "id": "q1", "question": "' + "가" * 2001 + '"}', "2001"),
+        ('{"type": "ask", "id": "q1", "question": "q", "settings": {"top_k": 99}}', "top_k"),
+        ('{"type": "ask", "id": "q1", "question": "q", "settings": {"speed": "fast"}}', "speed"),
+        ('{"type": "ask", "id": "q1", "question": "q", "extra": 1}', "extra"),
+        ('{"type": "ask", "id": "bad id!", "question": "q"}', "id"),
+        ('{"type": "ask", "id": "q1", "question": "q", "conversation": 999}', "999"),
+        ('{"type": "stop", "id": "nothing"}', ""),
+    ],
+)
+def test_a_bad_frame_gets_a_clear_error_the_socket_stays_open_and_nothing_is_saved(
+    fake: fake_vllm.Script, frame: str, words: str
+) -> None:
+    cookie = _cookie()
+
+    async def go() -> tuple[dict[str, Any], dict[str, Any]]:
+        socket = _socket(cookie)
+        await socket.connect()
+        await socket.send_to(text_data=frame)
+        first = await socket.receive_json_from(timeout=5)
+        await socket.send_to(text_data='{"type": "dance"}')  # still open and answering
+        second = await socket.receive_json_from(timeout=5)
+        await socket.disconnect()
+        return first, second
+
+    first, second = aio.run(go())
+    assert first["type"] == "error" and words in first["error"]
+    assert second["type"] == "error"
+    assert Answer.objects.count() == 0 and Conversation.objects.count() == 0
+    assert fake.requests == []
+
+
+def test_an_unauthenticated_socket_or_a_foreign_origin_is_refused_before_any_work(fake: fake_vllm.Script) -> None:
+    cookie = _cookie()
+
+    async def go() -> tuple[Any, Any]:
+        anonymous = await _socket(None).connect()
+        foreign = await _socket(cookie, origin=b"http://evil.example").connect()
+        return anonymous, foreign
+
+    anonymous, foreign = aio.run(go())
+    assert anonymous == (False, 4401)
+    assert foreign[0] is False
+    assert fake.requests == []
+
+
+def _stream_then(action: str, fake: fake_vllm.Script) -> tuple[list[dict[str, Any]], Answer]:
+    fake.pieces = [f" 조각{n}" for n in range(200)]
+    fake.delay_s = 0.05
+    cookie = _cookie()
+
+    async def go() -> list[dict[str, Any]]:
+        socket = _socket(cookie)
+        await socket.connect()
+        await socket.send_json_to(_ask())
+        frames: list[dict[str, Any]] = []
+        while sum(f["type"] == "token" for f in frames) < 3:
+            frames.append(await socket.receive_json_from(timeout=5))
+        if action == "stop":
+            await socket.send_json_to({"type": "stop", "id": "q1"})
+            frames += await _until_done(socket)
+            await socket.disconnect()
+        else:
+            await socket.disconnect()  # the tab was closed
+        return frames
+
+    frames = aio.run(go())
+    deadline = time.monotonic() + 10
+    while Answer.objects.get().status == Answer.Status.STREAMING and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return frames, Answer.objects.get()
+
+
+@pytest.mark.parametrize("action", ["stop", "close"])
+def test_stop_or_a_closed_tab_cancels_the_upstream_request_and_keeps_the_partial_answer(
+    fake: fake_vllm.Script, action: str
+) -> None:
+    frames, answer = _stream_then(action, fake)
+    assert answer.status == Answer.Status.STOPPED
+    assert answer.text.startswith(" 조각0 조각1 조각2") and len(answer.text) < len("".join(fake.pieces))
+    assert answer.timings["client"]["ttft_ms"] is not None
+    assert fake.disconnected.wait(5), "the HTTP stream to vLLM was not closed"
+    if action == "stop":
+        assert frames[-1]["type"] == "done" and frames[-1]["answer"]["status"] == "stopped"
+
+
+def _failed_answer(fake: fake_vllm.Script, **settings: Any) -> dict[str, Any]:
+    cookie = _cookie()
+
+    async def go() -> dict[str, Any]:
+        socket = _socket(cookie)
+        await socket.connect()
+        await socket.send_json_to(_ask(**settings))
+        frames = await _until_done(socket, timeout=15)
+        await socket.disconnect()
+        answer: dict[str, Any] = frames[-1]["answer"]
+        return answer
+
+    return aio.run(go())
+
+
+def test_an_engine_400_says_why_and_is_not_retried(fake: fake_vllm.Script) -> None:
+    fake.status = 400
+    fake.error_message = "This model's maximum context length is 8192 tokens."
+    answer = _failed_answer(fake)
+    assert answer["status"] == "failed"
+    assert "maximum context length is 8192" in answer["error"] and "다시 시도하지 않음" in answer["error"]
+    assert len(fake.requests) == 1
+
+
+def test_a_stalled_engine_fails_within_the_chat_timeout(fake: fake_vllm.Script, settings: Any) -> None:
+    settings.CHAT_TIMEOUT_S = 1
+    fake.stall_s = 4
+    started = time.monotonic()
+    answer = _failed_answer(fake)
+    assert answer["status"] == "failed" and "1초 동안 응답하지 않았습니다" in answer["error"]
+    assert time.monotonic() - started < 4
+
+
+def test_a_dead_engine_is_named_in_the_error(fake: fake_vllm.Script, settings: Any) -> None:
+    from tests.settings import free_port
+
+    settings.VLLM_BASE_URL = f"http://127.0.0.1:{free_port()}"
+    answer = _failed_answer(fake)
+    assert answer["status"] == "failed" and "vLLM에 연결할 수 없습니다" in answer["error"]
+
+
+def test_an_engine_gone_after_its_info_was_cached_is_named_and_the_next_ask_checks_it_again(
+    fake: fake_vllm.Script, settings: Any
+) -> None:
+    from tests.settings import free_port
+
+    assert _failed_answer(fake, max_tokens=4)["status"] == "done"  # the engine's info is cached now
+    settings.VLLM_BASE_URL = f"http://127.0.0.1:{free_port()}"  # as if it died: nothing listens there
+    vllm_client._chat_template[(settings.VLLM_BASE_URL, "fake-model")] = False  # remembered, like the info
+    answer = _failed_answer(fake)
+    assert answer["status"] == "failed" and answer["error"].startswith("vLLM에 연결할 수 없습니다: ConnectError")
+    assert chat._engine_cache is None  # the next ask fails before retrieval instead of after it
+
+
+def test_chroma_down_answers_without_sources_and_says_retrieval_is_unavailable(
+    fake: fake_vllm.Script, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def down(*args: Any, **kwargs: Any) -> retrieval.RetrievalResult:
+        raise RetrievalUnavailable("Chroma at http://127.0.0.1:1 is unreachable")
+
+    monkeypatch.setattr(retrieval, "retrieve", down)
+    answer = _failed_answer(fake)
+    assert answer["status"] == "done" and answer["sources"] == []
+    notices = answer["timings"]["notices"]
+    assert notices[0]["code"] == "retrieval_unavailable" and "검색 불가" in notices[0]["message"]
+    assert "(자료 없음)" in answer["prompt"]
+
+
+def test_an_empty_collection_answers_with_no_sources_and_says_so(
+    fake: fake_vllm.Script, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(retrieval, "retrieve", lambda *a, **k: retrieval.RetrievalResult(chunks=[]))
+    answer = _failed_answer(fake)
+    assert answer["timings"]["notices"][0]["code"] == "no_sources"
+
+
+def test_a_prompt_over_the_model_length_is_trimmed_beforehand_and_the_panel_says_so(
+    fake: fake_vllm.Script,
+) -> None:
+    fake.max_model_len = 400  # the fake counts a token per 3 bytes; 4 chunks do not fit
+    answer = _failed_answer(fake, top_k=4, max_tokens=64)
+    assert answer["status"] == "done"
+    assert answer["timings"]["notices"][0]["code"] == "trimmed"
+    kept = [s["in_prompt"] for s in answer["sources"]]
+    assert kept[0] is True and kept[-1] is False  # the least relevant went first
+    assert len(fake.requests[-1]["prompt"].encode()) // 3 + 64 <= 400
+
+
+def test_a_model_with_a_chat_template_is_asked_through_chat_completions(fake: fake_vllm.Script) -> None:
+    fake.chat_template = True
+    answer = _failed_answer(fake)
+    assert answer["timings"]["api"] == "chat"
+    assert fake.requests[-1]["messages"][0]["role"] == "system"
+
+
+def test_ask_again_links_the_new_answer_to_the_first_and_browser_timing_gives_the_overhead(
+    fake: fake_vllm.Script,
+) -> None:
+    cookie = _cookie()
+
+    async def go() -> dict[str, Any]:
+        socket = _socket(cookie)
+        await socket.connect()
+        await socket.send_json_to(_ask())
+        first = (await _until_done(socket))[-1]["answer"]
+        conversation = first["conversation"]
+        again = _ask(top_k=1) | {"id": "q2", "conversation": conversation, "parent": first["answer_id"]}
+        await socket.send_json_to(again)
+        second = (await _until_done(socket))[-1]["answer"]
+        server_first = second["timings"]["server_first_token_ms"]
+        await socket.send_json_to(
+            {"type": "client_timing", "answer_id": second["answer_id"], "first_token_ms": server_first + 4.5}
+        )
+        overhead: dict[str, Any] = await socket.receive_json_from(timeout=5)
+        await socket.disconnect()
+        return overhead
+
+    overhead = aio.run(go())
+    assert overhead["type"] == "overhead" and overhead["websocket_overhead_ms"] == 4.5
+    first, second = Answer.objects.order_by("pk")
+    assert second.parent_id == first.pk and second.conversation_id == first.conversation_id
+    assert second.settings["top_k"] == 1 and len(second.sources) == 1
+    assert second.timings["websocket_overhead_ms"] == 4.5
+
+
+def test_another_users_conversation_cannot_be_continued(fake: fake_vllm.Script) -> None:
+    owner = User.objects.create(username="owner")
+    theirs = Conversation.objects.create(owner=owner, title="theirs")
+    cookie = _cookie("intruder")
+
+    async def go() -> dict[str, Any]:
+        socket = _socket(cookie)
+        await socket.connect()
+        await socket.send_json_to(_ask() | {"conversation": theirs.pk})
+        frame: dict[str, Any] = await socket.receive_json_from(timeout=5)
+        await socket.disconnect()
+        return frame
+
+    assert aio.run(go())["type"] == "error"
+    assert Answer.objects.count() == 0
+
+
+def test_saved_answers_are_reopened_escaped_and_only_by_their_owner(fake: fake_vllm.Script) -> None:
+    owner = User.objects.create(username="owner")
+    conversation = Conversation.objects.create(owner=owner, title="<b>제목</b>")
+    Answer.objects.create(
+        conversation=conversation,
+        question="q",
+        text='<script>alert(1)</script><img src="http://evil.example/x.png">',
+        status=Answer.Status.DONE,
+    )
+    client = Client()
+    client.force_login(owner)
+    page = client.get(f"/chat/{conversation.pk}/").content.decode()
+    assert "<script>alert(1)" not in page and "\\u003Cscript\\u003E" in page
+    assert "<b>제목</b>" not in client.get("/chat/history/").content.decode()
+    other = Client()
+    other.force_login(User.objects.create(username="other"))
+    assert other.get(f"/chat/{conversation.pk}/").status_code == 404
+
+
+def test_asyncio_tasks_do_not_leak_after_the_socket_closes(fake: fake_vllm.Script) -> None:
+    cookie = _cookie()
+
+    async def go() -> int:
+        socket = _socket(cookie)
+        await socket.connect()
+        await socket.send_json_to(_ask())
+        await _until_done(socket)
+        await socket.disconnect()
+        await asyncio.sleep(0.1)
+        return len([t for t in asyncio.all_tasks() if "_answer" in repr(t.get_coro())])
+
+    assert aio.run(go()) == 0
+
+
+def test_a_class_collection_is_offered_to_its_members_only(fake: fake_vllm.Script) -> None:
+    from labapp.models import Classroom, Membership
+
+    classroom = Classroom.objects.create(name="실습반", join_code="abc")
+    member_cookie = _cookie("member")
+    outsider_cookie = _cookie("outsider")
+    Membership.objects.create(classroom=classroom, user=User.objects.get(username="member"))
+    key = f"class-{classroom.pk}"
+
+    async def go(cookie: bytes) -> dict[str, Any]:
+        socket = _socket(cookie)
+        await socket.connect()
+        await socket.send_json_to(_ask(collection=key))
+        frames = await _until_done(socket)
+        await socket.disconnect()
+        return frames[-1]
+
+    assert aio.run(go(member_cookie))["answer"]["status"] == "done"
+    refused = aio.run(go(outsider_cookie))
+    assert refused["type"] == "error" and "collection" in refused["error"]
+    member = Client()
+    member.force_login(User.objects.get(username="member"))
+    assert f'value="{key}"' in member.get("/documents/").content.decode()
+    assert f'value="{key}"' in member.get("/chat/").content.decode()

@@ -1,0 +1,121 @@
+"""The vLLM client against a scripted OpenAI-compatible stream (fast; the real engine is in test_integration)."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from rag.vllm import client as vllm_client
+from rag.vllm.records import RequestRecord
+from tests import aio
+
+
+def _sse(*chunks: dict[str, object]) -> bytes:
+    return b"".join(f"data: {json.dumps(c)}\n\n".encode() for c in chunks) + b"data: [DONE]\n\n"
+
+
+def _client(handler: httpx.MockTransport) -> httpx.AsyncClient:
+    return httpx.AsyncClient(base_url="http://engine.test", transport=handler)
+
+
+def test_it_streams_with_usage_and_returns_a_measured_record() -> None:
+    seen: dict[str, object] = {}
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        seen.update(json.loads(request.content))
+        body = _sse(
+            {"choices": [{"index": 0, "text": "안녕", "finish_reason": None}]},
+            {"choices": [{"index": 0, "text": "하세요", "finish_reason": "length"}]},
+            {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 2}},
+        )
+        return httpx.Response(200, content=body, headers={"content-type": "text/event-stream"})
+
+    pieces: list[str] = []
+
+    async def on_text(text: str, record: object) -> None:
+        pieces.append(text)
+
+    async def go() -> RequestRecord:
+        async with _client(httpx.MockTransport(handle)) as http:
+            return await vllm_client.stream_completion(
+                "질문", max_tokens=2, model="m", ignore_eos=True, on_text=on_text, client=http
+            )
+
+    record = aio.run(go())
+    assert seen["stream"] is True
+    assert seen["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+    assert seen["ignore_eos"] is True
+    assert record.success and record.error is None
+    assert pieces == ["안녕", "하세요"]
+    assert record.output_tokens == 2 and record.ttft is not None and record.ttft >= 0
+
+
+@pytest.mark.parametrize("status", [400, 500, 503])
+def test_an_http_error_is_recorded_not_raised(status: int) -> None:
+    transport = httpx.MockTransport(lambda request: httpx.Response(status, text="model overloaded"))
+
+    async def go() -> RequestRecord:
+        async with _client(transport) as http:
+            return await vllm_client.stream_completion("q", max_tokens=4, model="m", client=http)
+
+    record = aio.run(go())
+    assert not record.success
+    assert record.error == f"HTTP {status}: model overloaded"
+
+
+def test_a_dead_engine_is_recorded_with_its_address(settings: object) -> None:
+    async def go() -> RequestRecord:
+        async with httpx.AsyncClient(base_url="http://127.0.0.1:9") as http:
+            return await vllm_client.stream_completion("q", max_tokens=4, model="m", client=http)
+
+    record = aio.run(go())
+    assert not record.success
+    assert "ConnectError" in (record.error or "")
+
+
+def test_engine_info_names_the_unreachable_server(settings: object) -> None:
+    settings.VLLM_BASE_URL = "http://127.0.0.1:9"  # type: ignore[attr-defined]
+    with pytest.raises(vllm_client.EngineUnavailable, match=r"vLLM at http://127.0.0.1:9"):
+        vllm_client.engine_info(timeout=1.0)
+
+
+def test_a_connection_dropped_before_any_answer_is_sent_once_more() -> None:
+    calls: list[int] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        calls.append(1)
+        if len(calls) == 1:
+            raise httpx.RemoteProtocolError("Server disconnected without sending a response.", request=request)
+        body = _sse({"choices": [{"index": 0, "text": "네", "finish_reason": "stop"}]})
+        return httpx.Response(200, content=body, headers={"content-type": "text/event-stream"})
+
+    async def go() -> RequestRecord:
+        async with _client(httpx.MockTransport(handle)) as http:
+            return await vllm_client.stream_completion("질문", max_tokens=2, model="m", client=http)
+
+    record = aio.run(go())
+    assert len(calls) == 2 and record.success and record.generated_text == "네"
+
+
+class _BreaksMidway(httpx.AsyncByteStream):
+    async def __aiter__(self):  # type: ignore[no-untyped-def]
+        yield b'data: {"choices": [{"index": 0, "text": "\\uc808\\ubc18", "finish_reason": null}]}\n\n'
+        raise httpx.ReadError("connection reset")
+
+
+def test_a_stream_broken_after_the_answer_began_is_not_sent_again() -> None:
+    calls: list[int] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        calls.append(1)
+        return httpx.Response(200, stream=_BreaksMidway(), headers={"content-type": "text/event-stream"})
+
+    async def go() -> RequestRecord:
+        async with _client(httpx.MockTransport(handle)) as http:
+            return await vllm_client.stream_completion("질문", max_tokens=8, model="m", client=http)
+
+    record = aio.run(go())
+    assert calls == [1] and not record.success
+    assert record.error is not None and "ReadError" in record.error and record.generated_text == "절반"
