@@ -1,0 +1,30 @@
+"""What a measuring job kind is given to report through: the job run implements it.
+
+A kind calls ``progress`` after every request (and before each cell) and stops when it
+returns False (cancelled, timed out or lost); ``partial`` hands over the cells
+finished so far, so a page can draw them while the job runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+
+class Reporter(Protocol):
+    async def progress(self, done: int, total: int, cell: str) -> bool:
+        """Requests done of total, the cell being measured; False: stop after this request."""
+        ...
+
+    async def partial(self, results: dict[str, Any]) -> None:
+        """The results measured so far (``{"cells": [...], "partial": True}``)."""
+        ...
+
+
+class SilentReporter:
+    """Keeps going and keeps nothing: for commands and tests that only want the result."""
+
+    async def progress(self, done: int, total: int, cell: str) -> bool:
+        return True
+
+    async def partial(self, results: dict[str, Any]) -> None:
+        return None
