@@ -6,8 +6,10 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.contrib.auth.models import AnonymousUser
+from django.http import Http404
 
-from bench.models import BenchJob
+from bench import access
 from labapp import sockets
 
 CLOSE_NOT_FOUND = 4404
@@ -21,15 +23,11 @@ class JobProgressConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self) -> None:
         user = self.scope.get("user")
         job_id = int(self.scope["url_route"]["kwargs"]["job_id"])
-        owns = (
-            user is not None
-            and user.is_authenticated
-            and await database_sync_to_async(BenchJob.objects.filter(pk=job_id, owner_id=user.pk).exists)()
-        )
-        if not owns:
+        try:
+            await database_sync_to_async(access.job_for)(user or AnonymousUser(), job_id)
+        except Http404:
             await self.close(code=CLOSE_NOT_FOUND)  # another user's job does not exist for them
             return
-        assert user is not None
         self.groups_joined = [group_name(job_id), sockets.user_group(user.pk)]  # the second: sign-out closes it
         for group in self.groups_joined:
             await self.channel_layer.group_add(group, self.channel_name)

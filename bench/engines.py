@@ -1,4 +1,5 @@
-"""The engines a run can use: the configured one plus those admins and instructors register."""
+"""The engines a run can use: the configured one plus those admins and instructors register
+(who may: ``labapp.access.may_register_engine``)."""
 
 from __future__ import annotations
 
@@ -40,17 +41,6 @@ def chosen_url(session: Any) -> str:
 
 def name_of(url: str) -> str:
     return next((c.name for c in choices() if c.url == url), url)
-
-
-def can_manage(user: Any) -> bool:
-    """Admins, and instructors of any class, may add and remove engines."""
-    from labapp.models import Membership
-
-    if not user.is_authenticated:
-        return False
-    if getattr(user, "is_staff", False):
-        return True
-    return Membership.objects.filter(user_id=user.pk, role=Membership.Role.INSTRUCTOR).exists()
 
 
 class EngineError(ValueError):

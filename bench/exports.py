@@ -10,6 +10,7 @@ import math
 from datetime import datetime
 from typing import Any
 
+from bench.kinds import registry
 from bench.metrics import summarize
 from rag.vllm.records import RequestRecord
 
@@ -45,18 +46,10 @@ _MS = {
 }
 
 
-def cell_name(cell: dict[str, Any]) -> str:
-    """How a cell is called in a CSV and in progress messages."""
-    if "chunk_size" in cell and "top_k" in cell and "cell" not in cell:
-        return f"chunk {cell['chunk_size']} / top-k {cell['top_k']}"
-    if "cell" in cell:
-        return str(cell["cell"])
-    name = "{}/{}".format(cell.get("input_tokens"), cell.get("output_tokens"))
-    if "concurrency" in cell:
-        name += f" @{cell['concurrency']}"
-    if "request_rate" in cell:
-        name += f" @{cell['request_rate']:g} req/s"
-    return name
+def cell_name(kind: str, cell: dict[str, Any]) -> str:
+    """How a cell is called in a CSV and in a vllm-bench-shaped run: as its kind names it."""
+    job_kind = registry.find(kind)
+    return job_kind.cell_name(cell) if job_kind is not None else str(cell.get("cell", ""))
 
 
 def csv_row(request: dict[str, Any], *, index: int, cell: str = "") -> dict[str, Any]:
@@ -69,10 +62,10 @@ def csv_row(request: dict[str, Any], *, index: int, cell: str = "") -> dict[str,
     return row
 
 
-def csv_rows(results: dict[str, Any]) -> list[dict[str, Any]]:
+def csv_rows(kind: str, results: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per request of a job's (or a command's) results, times in ms."""
     return [
-        csv_row(request, index=index, cell=cell_name(cell))
+        csv_row(request, index=index, cell=cell_name(kind, cell))
         for cell in results.get("cells", [])
         for index, request in enumerate(cell.get("requests", []))
     ]
@@ -152,6 +145,8 @@ def _record(request: dict[str, Any]) -> RequestRecord:
 def job_json(job: Any, *, model: str = "") -> dict[str, Any]:
     """A job: its row, its results, and per cell a vllm-bench-shaped run under "benchmarks"."""
     benchmarks = []
+    job_kind = registry.find(job.kind)
+    sequential = job_kind is None or job_kind.sequential  # one request at a time: a concurrency of 1
     for cell in job.results.get("cells", []):
         requests = cell.get("requests", [])
         records = [_record(r) for r in requests]
@@ -163,8 +158,8 @@ def job_json(job: Any, *, model: str = "") -> dict[str, Any]:
                 summary,
                 model=model,
                 request_rate=float(cell.get("request_rate", math.inf)),
-                max_concurrency=cell.get("concurrency", 1 if job.kind != "load" else None),
-                extra={"cell": cell_name(cell)},
+                max_concurrency=cell.get("concurrency", 1 if sequential else None),
+                extra={"cell": cell_name(job.kind, cell)},
             )
         )
     return {

@@ -1,30 +1,43 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
 from django.conf import settings
 from django.db import models
+from django.utils.choices import BaseChoiceIterator
 from django.utils.translation import gettext_lazy as _
+
+if TYPE_CHECKING:
+    from bench.kinds.registry import JobKind
+
+
+class KindChoices(BaseChoiceIterator):
+    """``BenchJob.kind``'s choices: the registry's kinds (``bench.kinds``), read each time they are used.
+
+    Not a callable, which Django would write into a migration by its path: this compares
+    equal to the list a migration holds while the kinds and their labels are the same,
+    so ``makemigrations`` sees a change only when they differ, and then writes the list.
+    """
+
+    def __iter__(self) -> Iterator[tuple[str, Any]]:
+        from bench.kinds import registry
+
+        yield from registry.choices()
 
 
 class BenchJob(models.Model):
     """A benchmark job: the database row is the source of truth for its state and results."""
 
-    class Kind(models.TextChoices):
-        SPEED = "speed", _("속도 측정 (실습 1)")
-        SWEEP = "sweep", _("길이 스윕 (실습 2)")
-        LOAD = "load", _("부하 스윕 (실습 3)")
-        RETRIEVAL = "retrieval", _("검색 크기 스윕 (실습 4)")
-        PREFIX = "prefix", _("프리픽스 캐시 콜드/웜 (실습 5)")
-        SHORT = "short", _("짧은 답변 대 보통 답변 (실습 6)")
-
     class Status(models.TextChoices):
-        QUEUED = "queued", "queued"
-        RUNNING = "running", "running"
-        DONE = "done", "done"
-        FAILED = "failed", "failed"
-        CANCELLED = "cancelled", "cancelled"
+        QUEUED = "queued", _("대기 중")
+        RUNNING = "running", _("실행 중")
+        DONE = "done", _("완료")
+        FAILED = "failed", _("실패")
+        CANCELLED = "cancelled", _("취소됨")
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="bench_jobs")
-    kind = models.CharField(max_length=16, choices=Kind.choices)
+    kind = models.CharField(max_length=16, choices=KindChoices())  # a name in the registry of job kinds
     config = models.JSONField(default=dict)
     engine_url = models.CharField(max_length=300)
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.QUEUED)
@@ -46,6 +59,13 @@ class BenchJob(models.Model):
     @property
     def progress_percent(self) -> int:
         return round(100 * self.done_requests / self.total_requests) if self.total_requests else 0
+
+    @property
+    def kind_spec(self) -> JobKind | None:
+        """The registered kind of the job (None for a kind no longer registered)."""
+        from bench.kinds import registry
+
+        return registry.find(self.kind)
 
     @property
     def active(self) -> bool:

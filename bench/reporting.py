@@ -7,6 +7,7 @@ finished so far, so a page can draw them while the job runs.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 
@@ -25,6 +26,19 @@ class SilentReporter:
 
     async def progress(self, done: int, total: int, cell: str) -> bool:
         return True
+
+    async def partial(self, results: dict[str, Any]) -> None:
+        return None
+
+
+class ProgressReporter:
+    """Progress through a function (a progress bar, a test's script); partial results are not kept."""
+
+    def __init__(self, progress: Callable[[int, int, str], Awaitable[bool]]) -> None:
+        self._progress = progress
+
+    async def progress(self, done: int, total: int, cell: str) -> bool:
+        return await self._progress(done, total, cell)
 
     async def partial(self, results: dict[str, Any]) -> None:
         return None

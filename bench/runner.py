@@ -2,8 +2,10 @@
 
 Two shapes, as in METRICS.md: a fixed concurrency (a semaphore), or a request rate
 with gamma-distributed gaps (``burstiness`` 1 = Poisson), seeded so a run can be
-repeated. Every request is measured by ``rag.vllm.client`` into a RequestRecord;
-a failed request is a record with its error, never an exception out of the run.
+repeated. Each request is streamed and measured by the vLLM boundary
+(``rag.vllm.client.stream_request``) into a RequestRecord; this module only decides
+when it is sent. A failed request is a record with its error, never an exception out
+of the run.
 """
 
 from __future__ import annotations
@@ -14,24 +16,19 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import httpx
 
 from rag.vllm import client as vllm_client
+from rag.vllm.client import RequestSpec as RequestSpec  # the runner's input: one request, as the boundary sends it
 from rag.vllm.records import RequestRecord
 
-Api = Literal["completions", "chat"]
 OnDone = Callable[[int, int, RequestRecord], Awaitable[None]]
 
-
-@dataclass(frozen=True)
-class RequestSpec:
-    prompt: str
-    max_tokens: int
-    ignore_eos: bool = True
-    api: Api = "completions"
-    stop: tuple[str, ...] = ()
+# Every request of a run may be in flight at once; idle connections are dropped before
+# the engine's keep-alive (uvicorn, 5 s) would close them under a request about to be sent.
+RUN_LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=None, keepalive_expiry=2.0)
 
 
 @dataclass(frozen=True)
@@ -83,30 +80,6 @@ class RunResult:
         return max(0.0, self.ended - self.started)
 
 
-async def _one(
-    spec: RequestSpec, *, model: str, client: httpx.AsyncClient, timeout: float, record: RequestRecord
-) -> RequestRecord:
-    if spec.api == "chat":
-        return await vllm_client.stream_chat(
-            [{"role": "user", "content": spec.prompt}],
-            max_tokens=spec.max_tokens,
-            model=model,
-            client=client,
-            timeout=timeout,
-            record=record,
-        )
-    return await vllm_client.stream_completion(
-        spec.prompt,
-        max_tokens=spec.max_tokens,
-        model=model,
-        ignore_eos=spec.ignore_eos,
-        stop=list(spec.stop) or None,
-        client=client,
-        timeout=timeout,
-        record=record,
-    )
-
-
 async def run(
     specs: list[RequestSpec],
     *,
@@ -118,11 +91,9 @@ async def run(
     on_done: OnDone | None = None,
 ) -> RunResult:
     """Send ``warmup`` one by one (kept apart, not measured), then ``specs`` under ``shape``."""
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None, keepalive_expiry=2.0)
-    async with httpx.AsyncClient(base_url=base_url, timeout=timeout, limits=limits) as client:
+    async with vllm_client.connect(base_url, timeout=timeout, limits=RUN_LIMITS) as client:
         warm = [
-            await _one(spec, model=model, client=client, timeout=timeout, record=RequestRecord())
-            for spec in warmup or []
+            await vllm_client.stream_request(spec, model=model, client=client, timeout=timeout) for spec in warmup or []
         ]
         semaphore = asyncio.Semaphore(shape.concurrency) if shape.concurrency else None
         offsets = arrival_offsets(len(specs), shape)
@@ -145,7 +116,9 @@ async def run(
             in_flight += 1
             peak = max(peak, in_flight)
             try:
-                await _one(specs[index], model=model, client=client, timeout=timeout, record=record)
+                await vllm_client.stream_request(
+                    specs[index], model=model, client=client, timeout=timeout, record=record
+                )
             finally:
                 in_flight -= 1
                 if semaphore is not None:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from bench import services
+from bench import jobrun, services
+from bench.engine_lock import EngineBusy, engine_lock
 
 # Last resort only: the job itself stops at JOB_TIME_LIMIT_S (results kept) and cuts a hung request off after the grace.
-SOFT_TIME_LIMIT_S = services.JOB_TIME_LIMIT_S + services.HARD_LIMIT_GRACE_S + 60
+SOFT_TIME_LIMIT_S = jobrun.JOB_TIME_LIMIT_S + jobrun.HARD_LIMIT_GRACE_S + 60
 
 
 # ignore_result: the job's row is its result; without it every .delay() in a web process also
@@ -27,10 +28,10 @@ def job_run(self, job_id: int) -> str:  # type: ignore[no-untyped-def]
     job = BenchJob.objects.filter(pk=job_id).first()
     if job is None:
         return "missing"
-    if job.status in services.FINISHED:
+    if job.status in jobrun.FINISHED:
         return str(job.status)  # a redelivered task for a finished job does nothing, and waits for no lock
     try:
-        with services.engine_lock(job.engine_url) as lease:
+        with engine_lock(job.engine_url) as lease:
             return str(services.job_execute(job_id=job_id, lease=lease).status)
-    except services.EngineBusy:  # another job on this engine, or this one still running in another worker
+    except EngineBusy:  # another job on this engine, or this one still running in another worker
         raise self.retry(countdown=3) from None  # its turn comes; the page shows its queue position

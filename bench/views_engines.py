@@ -9,8 +9,9 @@ from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
-from bench import engines
+from bench import access, engines
 from bench.models import Engine
+from labapp.access import may_register_engine
 
 
 @login_required
@@ -19,7 +20,7 @@ def engine_list(request: HttpRequest) -> HttpResponse:
     context = {
         "rows": rows,
         "chosen": engines.chosen_url(request.session),
-        "can_manage": engines.can_manage(request.user),
+        "can_manage": may_register_engine(request.user),
         "registered": {e.base_url: e for e in Engine.objects.all()},
         "form": request.session.pop("engine_form", {}),
     }
@@ -41,7 +42,7 @@ def engine_pick(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def engine_add(request: HttpRequest) -> HttpResponse:
-    if not engines.can_manage(request.user):
+    if not may_register_engine(request.user):
         raise Http404("not allowed")
     fields = {key: request.POST.get(key, "") for key in ("name", "base_url", "model", "hardware")}
     try:
@@ -55,7 +56,5 @@ def engine_add(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def engine_delete(request: HttpRequest, engine_id: int) -> HttpResponse:
-    if not engines.can_manage(request.user):
-        raise Http404("not allowed")
-    Engine.objects.filter(pk=engine_id).delete()
+    access.engine_for(request.user, engine_id).delete()
     return redirect("engine_list")

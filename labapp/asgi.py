@@ -13,12 +13,13 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from django.urls import path  # noqa: E402
 
 from bench.consumers import JobProgressConsumer  # noqa: E402
+from bench.selectors import learner_speeds  # noqa: E402
 from labapp.consumers import PingConsumer  # noqa: E402
 from rag.consumers import ChatConsumer  # noqa: E402
 
 websocket_urlpatterns = [
     path("ws/ping/", PingConsumer.as_asgi()),
-    path("ws/chat/", ChatConsumer.as_asgi()),
+    path("ws/chat/", ChatConsumer.as_asgi(speeds=learner_speeds)),
     path("ws/bench/<int:job_id>/", JobProgressConsumer.as_asgi()),
 ]
 

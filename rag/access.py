@@ -1,8 +1,11 @@
-"""Which collections a user may search or add to (used by views and the chat consumer alike).
+"""Resolvers of the retrieval and chat side: collections, documents, conversations and answers.
 
-A user never reaches another user's collection: an unknown or foreign key is
-"not found", never a permission hint. Every member of a class may search and
-add to the class's collection; the uploader or the class's instructor may delete.
+Used by views and the chat consumer alike; the rules are ``labapp.access``'s predicates.
+A user never reaches another user's collection, document or conversation: an unknown
+or foreign one is "not found", never a permission hint. Every member of a class may
+search and add to the class's collection; the uploader or an instructor of the class
+may delete a document. A conversation and its answers belong to their owner alone (an
+instructor reads a learner's answers through the class pages, not here).
 """
 
 from __future__ import annotations
@@ -10,10 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db.models import QuerySet
 from django.http import Http404
 from django.utils.translation import gettext as _
 
-from rag.models import Document
+from labapp.access import classes_of, teaches
+from rag.models import Answer, Conversation, Document
 from rag.services import CHAPTER_COLLECTION
 
 
@@ -34,13 +39,10 @@ def user_collection_name(user: AbstractBaseUser | AnonymousUser) -> str:
 
 
 def collections_for(user: AbstractBaseUser | AnonymousUser) -> list[CollectionRef]:
-    from labapp.models import Membership
-
     refs = [CollectionRef("chapter", CHAPTER_COLLECTION, _("챕터 본문"), by_language=True)]
     if user.is_authenticated:
         refs.append(CollectionRef("mine", user_collection_name(user), _("내 문서"), by_language=False))
-        for membership in Membership.objects.filter(user_id=user.pk).select_related("classroom"):
-            classroom = membership.classroom
+        for classroom in classes_of(user).order_by("pk"):
             refs.append(
                 CollectionRef(
                     f"class-{classroom.pk}",
@@ -59,6 +61,14 @@ def collection_resolve(user: AbstractBaseUser | AnonymousUser, key: str) -> Coll
     raise CollectionNotFound(key)
 
 
+def collection_for(user: AbstractBaseUser | AnonymousUser, key: str) -> CollectionRef:
+    """``collection_resolve`` for a page: an unknown or foreign key is 404."""
+    try:
+        return collection_resolve(user, key)
+    except CollectionNotFound:
+        raise Http404("collection not found") from None
+
+
 def document_for(user: AbstractBaseUser | AnonymousUser, document_id: int, *, manage: bool = False) -> Document:
     """A document in one of the user's collections, or 404 (others do not exist for them).
 
@@ -70,22 +80,19 @@ def document_for(user: AbstractBaseUser | AnonymousUser, document_id: int, *, ma
     document = Document.objects.filter(pk=document_id, collection__in=documents_visible(user)).first()
     if document is None:
         raise Http404("document not found")
-    if manage and not can_manage(user, document):
+    if manage and not may_manage_document(user, document):
         raise Http404("document not found")
     return document
 
 
-def can_manage(user: AbstractBaseUser | AnonymousUser, document: Document) -> bool:
-    from labapp.models import Membership
-
+def may_manage_document(user: AbstractBaseUser | AnonymousUser, document: Document) -> bool:
+    """Delete it: the uploader, or an instructor of the class whose collection holds it."""
     if not user.is_authenticated:
         return False
     if document.owner_id == user.pk:
         return True
     classroom_id = _classroom_id(document.collection)
-    return classroom_id is not None and (
-        Membership.objects.filter(user_id=user.pk, role=Membership.Role.INSTRUCTOR, classroom_id=classroom_id).exists()
-    )
+    return classroom_id is not None and teaches(user, classroom_id)
 
 
 def document_collections(user: AbstractBaseUser | AnonymousUser) -> list[CollectionRef]:
@@ -101,3 +108,25 @@ def documents_visible(user: AbstractBaseUser | AnonymousUser) -> list[str]:
 def _classroom_id(collection: str) -> int | None:
     prefix, _sep, number = collection.partition("-")
     return int(number) if prefix == "class" and number.isdigit() else None
+
+
+def conversations_visible(user: AbstractBaseUser | AnonymousUser) -> QuerySet[Conversation]:
+    """The user's own conversations (none for an anonymous visitor)."""
+    if not user.is_authenticated:
+        return Conversation.objects.none()
+    return Conversation.objects.filter(owner_id=user.pk)
+
+
+def answers_visible(user: AbstractBaseUser | AnonymousUser) -> QuerySet[Answer]:
+    """The answers in the user's own conversations."""
+    if not user.is_authenticated:
+        return Answer.objects.none()
+    return Answer.objects.filter(conversation__owner_id=user.pk)
+
+
+def conversation_for(user: AbstractBaseUser | AnonymousUser, conversation_id: int) -> Conversation:
+    """The user's conversation, or 404."""
+    conversation = conversations_visible(user).filter(pk=conversation_id).first()
+    if conversation is None:
+        raise Http404("conversation not found")
+    return conversation

@@ -17,9 +17,9 @@ from typing import Any
 from channels.db import database_sync_to_async
 from django.utils.translation import gettext as _
 
-from bench.estimator import gen_seconds
 from rag import prompting, retrieval
 from rag.access import CollectionRef
+from rag.estimator import gen_seconds
 from rag.vectorstore import RetrievalUnavailable
 from rag.vllm import client as vllm_client
 from rag.vllm.records import RequestRecord
@@ -315,6 +315,20 @@ async def answer_run(run: AnswerRun, send: Send) -> None:
         }
     )
 
+    await _stream(run, run.prompt, send)
+    if run.record.error:
+        if not run.record.error.startswith("HTTP "):
+            # The engine went away (or stalled): the next ask asks it again at once instead of
+            # trusting the cached info, so it fails before retrieval and names the cause.
+            engine_cache_clear()
+        run.error = _engine_error(run.record.error, run.stall_timeout_s)
+        return
+    await _measure_prompt(run)
+
+
+async def _stream(run: AnswerRun, prompt: prompting.Prompt, send: Send) -> None:
+    """Stream the answer into ``run.record``, forwarding each piece of text as a token frame."""
+
     async def on_text(text: str, record: RequestRecord) -> None:
         now = time.perf_counter()
         first = run.first_forward_at is None
@@ -326,37 +340,19 @@ async def answer_run(run: AnswerRun, send: Send) -> None:
             run.first_forward_at = now
         run.last_forward_at = now
 
+    request = vllm_client.RequestSpec(
+        prompt=prompt.text,
+        max_tokens=run.settings.max_tokens,
+        ignore_eos=False,
+        api="chat" if run.api == "chat" else "completions",
+        stop=tuple(prompt.stop),
+        temperature=run.settings.temperature,
+        messages=tuple(prompt.messages()),
+    )
     run.sent_at = time.perf_counter()
-    s = run.settings
-    if run.api == "chat":
-        await vllm_client.stream_chat(
-            run.prompt.messages(),
-            max_tokens=s.max_tokens,
-            model=run.model,
-            temperature=s.temperature,
-            on_text=on_text,
-            timeout=run.stall_timeout_s,
-            record=run.record,
-        )
-    else:
-        await vllm_client.stream_completion(
-            run.prompt.text,
-            max_tokens=s.max_tokens,
-            model=run.model,
-            temperature=s.temperature,
-            stop=run.prompt.stop,
-            on_text=on_text,
-            timeout=run.stall_timeout_s,
-            record=run.record,
-        )
-    if run.record.error:
-        if not run.record.error.startswith("HTTP "):
-            # The engine went away (or stalled): the next ask asks it again at once instead of
-            # trusting the cached info, so it fails before retrieval and names the cause.
-            engine_cache_clear()
-        run.error = _engine_error(run.record.error, run.stall_timeout_s)
-        return
-    await _measure_prompt(run)
+    await vllm_client.stream_request(
+        request, model=run.model, on_text=on_text, timeout=run.stall_timeout_s, record=run.record
+    )
 
 
 def _engine_error(error: str, stall_timeout_s: float) -> str:

@@ -10,10 +10,10 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import transaction
 from django.db.models import QuerySet
-from django.http import Http404
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from rag import access
 from rag.chat import AnswerRun, Speeds
 from rag.models import Answer, Conversation
 
@@ -31,15 +31,8 @@ class TooMany(RuntimeError):
     """The user already has as many answers streaming as they may (over all their sockets)."""
 
 
-def conversation_for(user: AbstractBaseUser | AnonymousUser, conversation_id: int) -> Conversation:
-    try:
-        return Conversation.objects.get(pk=conversation_id, owner_id=user.pk)
-    except Conversation.DoesNotExist:
-        raise Http404 from None
-
-
 def conversations_of(user: AbstractBaseUser | AnonymousUser) -> QuerySet[Conversation]:
-    return Conversation.objects.filter(owner_id=user.pk).prefetch_related("answers")
+    return access.conversations_visible(user).prefetch_related("answers")
 
 
 @transaction.atomic
@@ -72,7 +65,7 @@ def answer_start(
     if conversation_id is None:
         conversation = Conversation.objects.create(owner_id=user.pk, title=question[:200])
     else:
-        found = Conversation.objects.select_for_update().filter(pk=conversation_id, owner_id=user.pk).first()
+        found = access.conversations_visible(user).select_for_update().filter(pk=conversation_id).first()
         if found is None:
             raise NotFound(_("대화 %(id)s을(를) 찾을 수 없습니다.") % {"id": conversation_id})
         conversation = found
@@ -107,7 +100,7 @@ def answer_browser_timing(
     *, user: AbstractBaseUser, answer_id: int, first_token_ms: float | None, done_ms: float | None
 ) -> dict[str, Any] | None:
     """Store what the browser measured and the websocket overhead it implies."""
-    answer = Answer.objects.filter(pk=answer_id, conversation__owner_id=user.pk).first()
+    answer = access.answers_visible(user).filter(pk=answer_id).first()
     if answer is None:
         return None
     timings = dict(answer.timings)
@@ -122,29 +115,13 @@ def answer_browser_timing(
     return timings
 
 
-def learner_speeds(user: AbstractBaseUser) -> Speeds | None:
-    """The learner's own prefill and decode speeds: from their latest finished Lab 1 speed
-    probe on this engine, else the median over their recent finished answers.
+def answer_speeds(user: AbstractBaseUser) -> Speeds | None:
+    """The learner's prefill and decode speeds as the median over their recent finished answers.
 
-    Prefill speed from answers counts only the prompt tokens that were not served
-    from the prefix cache.
+    Prefill speed counts only the prompt tokens that were not served from the prefix
+    cache. (A Lab 1 speed probe, when there is one, is preferred by
+    ``bench.selectors.learner_speeds``, which falls back on this.)
     """
-    from bench.models import BenchJob
-
-    probe = (
-        BenchJob.objects.filter(owner_id=user.pk, kind=BenchJob.Kind.SPEED, status=BenchJob.Status.DONE)
-        .order_by("-finished_at", "-pk")
-        .values("pk", "results")
-        .first()
-    )
-    results = probe["results"] if probe else {}
-    if results.get("prefill_speed") and results.get("decode_speed"):
-        return Speeds(
-            prefill=float(results["prefill_speed"]),
-            decode=float(results["decode_speed"]),
-            basis=_("실습 1 속도 측정 #%(id)d에서 잰 내 속도") % {"id": probe["pk"]} if probe else "",
-            samples=len(results.get("cells", [])),
-        )
     prefill: list[float] = []
     decode: list[float] = []
     answers = Answer.objects.filter(conversation__owner_id=user.pk, status=Answer.Status.DONE).order_by("-pk")

@@ -102,6 +102,28 @@ def dense_weight(question: str) -> float:
     return 1.0
 
 
+def _dense_hits(
+    question: str, collection: str, where: dict[str, Any], result: RetrievalResult
+) -> list[vectorstore.Hit]:
+    """The question's nearest chunks by embedding; the embedding and search times go on ``result``."""
+    started = time.perf_counter()
+    vector = embeddings.embed([question])[0]
+    result.embed_ms = (time.perf_counter() - started) * 1000
+    started = time.perf_counter()
+    hits = vectorstore.query(collection, embedding=vector, k=CANDIDATES, where=where)
+    result.search_ms += (time.perf_counter() - started) * 1000
+    return hits
+
+
+def _relevance(mode: Mode, dense_weight: float, coverage: float, similarity: float) -> float:
+    # The bundled English model's similarity means little for Korean: trust the terms there.
+    if mode == "dense":
+        return similarity
+    if mode == "lexical" or dense_weight < 1.0:
+        return coverage
+    return max(coverage, similarity)
+
+
 def retrieve(
     question: str,
     *,
@@ -114,14 +136,7 @@ def retrieve(
 ) -> RetrievalResult:
     where = _where(chunk_size, language)
     result = RetrievalResult(chunks=[], mode=mode)
-    dense: list[vectorstore.Hit] = []
-    if mode in ("dense", "hybrid"):
-        started = time.perf_counter()
-        vector = embeddings.embed([question])[0]
-        result.embed_ms = (time.perf_counter() - started) * 1000
-        started = time.perf_counter()
-        dense = vectorstore.query(collection, embedding=vector, k=CANDIDATES, where=where)
-        result.search_ms += (time.perf_counter() - started) * 1000
+    dense = _dense_hits(question, collection, where, result) if mode in ("dense", "hybrid") else []
     started = time.perf_counter()
     lexical_hits: list[tuple[str, float]] = []
     known: dict[str, vectorstore.Hit] = {hit.id: hit for hit in dense}
@@ -142,14 +157,7 @@ def retrieve(
     for chunk_id in ordered[:top_k]:
         hit = known[chunk_id]
         coverage = index.coverage(question, chunk_id) if index is not None else 0.0
-        similarity = max(0.0, dense_score.get(chunk_id, 0.0))
-        # The bundled English model's similarity means little for Korean: trust the terms there.
-        if mode == "dense":
-            relevance = similarity
-        elif mode == "lexical" or weight < 1.0:
-            relevance = coverage
-        else:
-            relevance = max(coverage, similarity)
+        relevance = _relevance(mode, weight, coverage, max(0.0, dense_score.get(chunk_id, 0.0)))
         if relevance < min_relevance:
             result.below_threshold += 1
             continue

@@ -92,7 +92,7 @@ def chat_new(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_GET
 def chat_conversation(request: HttpRequest, conversation_id: int) -> HttpResponse:
-    conversation = conversations.conversation_for(request.user, conversation_id)
+    conversation = access.conversation_for(request.user, conversation_id)
     return render(request, "rag/chat.html", chat_context(request, conversation))
 
 
@@ -106,10 +106,7 @@ def chat_history(request: HttpRequest) -> HttpResponse:
 @require_GET
 def passage(request: HttpRequest) -> HttpResponse:
     """One retrieved chunk, in full, with where it comes from."""
-    try:
-        ref = access.collection_resolve(request.user, request.GET.get("collection", ""))
-    except access.CollectionNotFound:
-        raise Http404 from None
+    ref = access.collection_for(request.user, request.GET.get("collection", ""))
     chunk_id = request.GET.get("id", "")
     error = ""
     hit = None

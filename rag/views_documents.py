@@ -21,12 +21,12 @@ from django.views.decorators.http import require_POST
 from rag import chunking, retrieval, services
 from rag.access import (
     CollectionRef,
-    can_manage,
     collection_resolve,
     collections_for,
     document_collections,
     document_for,
     documents_visible,
+    may_manage_document,
 )
 from rag.documents import ALLOWED_LABEL, MAX_LABEL, DocumentRejected, document_kind, document_text, too_large
 from rag.models import Document, IndexedSource
@@ -95,7 +95,7 @@ def _rows_context(user: AbstractBaseUser) -> dict[str, Any]:
     labels = {ref.name: ref.label for ref in collections_for(user)}
     for document in documents:
         document.collection_label = labels.get(document.collection, document.collection)  # type: ignore[attr-defined]
-        document.can_manage = can_manage(user, document)  # type: ignore[attr-defined]
+        document.can_manage = may_manage_document(user, document)  # type: ignore[attr-defined]
     busy = any(d.status in (Document.Status.QUEUED, Document.Status.INGESTING) for d in documents)
     return {"documents": documents, "busy": busy, "chunk_sizes": chunking.CHUNK_SIZES}
 

@@ -23,8 +23,8 @@ from django.utils import translation
 from hypothesis import HealthCheck, event, example, given
 from hypothesis import strategies as st
 
-from bench import configs, jobs, services, views
-from bench.models import BenchJob
+from bench import configs, kinds, services, views
+from bench.forms import form_fields
 from labapp.asgi import application
 from rag import chat, documents, embeddings, prompting
 from rag.models import Answer, Document
@@ -188,7 +188,7 @@ def test_a_binary_frame_gets_a_clear_reply(chat_socket_cookie: bytes, data: byte
 
 # --- job settings -------------------------------------------------------------------------
 
-FORM_FIELDS = [name for name, *_ in views.FIELDS]
+FORM_FIELDS = list(form_fields(kinds.all_kinds()))
 CONFIG_KEYS = st.sampled_from([*FORM_FIELDS, "seed", "fixed_input", "fixed_output", "custom"]) | st.text(max_size=8)
 number_lists = st.lists(st.integers(-5, 5000) | st.floats(allow_nan=True), max_size=14).map(
     lambda xs: ", ".join(map(str, xs))
@@ -199,7 +199,7 @@ config_values = (
     | st.sampled_from(["", " ", "1e400", "nan", "-inf", "0x10", "1_000", "١٢", "concurrency", "custom", "500"])
 )
 raw_configs = st.dictionaries(CONFIG_KEYS, config_values, max_size=8)
-KINDS = [kind for kind, _label in BenchJob.Kind.choices]
+KINDS = [kind.name for kind in kinds.all_kinds()]
 
 
 def _named(exc: configs.ConfigError) -> None:
@@ -216,7 +216,7 @@ def _named(exc: configs.ConfigError) -> None:
 def test_job_settings_give_a_config_or_an_error_naming_the_field(kind: str, raw: dict[str, Any]) -> None:
     with translation.override("ko"):
         try:
-            config = jobs.config_for(kind, raw, max_model_len=8192)
+            config = kinds.config_for(kind, raw, max_model_len=8192)
         except configs.ConfigError as exc:
             _named(exc)
         else:

@@ -9,16 +9,11 @@ from django.shortcuts import render
 from django.utils import translation
 from django.views.decorators.http import require_GET
 
-from labapp.models import ChapterSection
-from rag.conversations import learner_speeds
+from bench.selectors import learner_speeds
+from labapp.chapter.selectors import section_in, sections_in
 
 # Sections that carry an interactive widget under their text (slug -> template).
 SECTION_WIDGETS = {"estimator": "widgets/estimator.html", "kv-cache": "widgets/kv_stepper.html"}
-
-
-def _sections(language: str) -> list[ChapterSection]:
-    sections = list(ChapterSection.objects.filter(language=language))
-    return sections or list(ChapterSection.objects.filter(language="ko"))
 
 
 @require_GET
@@ -31,22 +26,19 @@ def home(request: HttpRequest) -> HttpResponse:
         me = int(request.user.pk or 0)
         found = states_for([me])
         states = [found[(me, n)] for n in LABS]
-    context = {"sections": _sections(translation.get_language() or "ko"), "lab_states": states}
+    context = {"sections": sections_in(translation.get_language() or "ko"), "lab_states": states}
     return render(request, "home.html", context)
 
 
 @require_GET
 def chapter_section(request: HttpRequest, slug: str) -> HttpResponse:
     language = translation.get_language() or "ko"
-    section = (
-        ChapterSection.objects.filter(slug=slug, language=language).first()
-        or ChapterSection.objects.filter(slug=slug, language="ko").first()
-    )
+    section = section_in(slug, language)
     if section is None:
         raise Http404
     context: dict[str, Any] = {
         "section": section,
-        "sections": _sections(language),
+        "sections": sections_in(language),
         "widget": SECTION_WIDGETS.get(section.slug),
     }
     if section.slug == "estimator":

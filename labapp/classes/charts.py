@@ -1,4 +1,4 @@
-"""Class-wide plotly figures: measured speeds per engine, and TTFT against retrieved context.
+"""Class-wide plotly figures: each job kind's class chart (``bench.kinds``), e.g. speeds per engine, TTFT by context.
 
 Each learner counts once: their latest finished job of the kind. Figures are plain
 dicts for plotly.js (served from the installed package, as on the bench pages).
@@ -6,18 +6,17 @@ dicts for plotly.js (served from the installed package, as on the bench pages).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from typing import Any
 
 from django.contrib.auth.models import User
-from django.utils.translation import gettext as _
 
-LAYOUT = {"height": 420, "margin": {"t": 40, "l": 60, "r": 20, "b": 50}}
+from bench.kinds import registry
+from bench.kinds.registry import ClassChart
 
 
-def _latest_finished(learners: Iterable[User], kind: str) -> list[tuple[User, Any]]:
-    """(learner, their latest finished job of ``kind``) in one query."""
+def _latest_finished(learners: Iterable[User], kind: str) -> list[tuple[str, str, dict[str, Any]]]:
+    """(username, engine URL, results) of each learner's latest finished job of ``kind``, in one query."""
     from bench.models import BenchJob
 
     by_id = {u.pk: u for u in learners}
@@ -29,102 +28,24 @@ def _latest_finished(learners: Iterable[User], kind: str) -> list[tuple[User, An
     latest: dict[int, Any] = {}
     for job in jobs:
         latest.setdefault(job.owner_id, job)
-    return [(by_id[owner], job) for owner, job in sorted(latest.items(), key=lambda kv: by_id[kv[0]].username)]
+    ordered = sorted(latest.items(), key=lambda kv: by_id[kv[0]].username)
+    return [(by_id[owner].username, job.engine_url, job.results or {}) for owner, job in ordered]
 
 
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+def _class_charts() -> list[tuple[str, ClassChart]]:
+    return [(kind.name, kind.class_chart) for kind in registry.all_kinds() if kind.class_chart is not None]
 
 
-def speed_points(learners: Iterable[User]) -> dict[str, list[tuple[str, float | None, float | None]]]:
-    """engine URL → [(username, prefill tok/s, decode tok/s)] from each learner's latest Lab 1 run."""
-    out: dict[str, list[tuple[str, float | None, float | None]]] = {}
-    for learner, job in _latest_finished(learners, "speed"):
-        results = job.results or {}
-        prefill, decode = _number(results.get("prefill_speed")), _number(results.get("decode_speed"))
-        if prefill is None and decode is None:
-            continue
-        out.setdefault(job.engine_url or "?", []).append((learner.username, prefill, decode))
-    return out
-
-
-def ttft_points(learners: Iterable[User]) -> dict[str, list[tuple[float, float]]]:
-    """username → [(context tokens, TTFT ms)] over the cells of their latest Lab 4 run."""
-    out: dict[str, list[tuple[float, float]]] = {}
-    for learner, job in _latest_finished(learners, "retrieval"):
-        points = []
-        for cell in (job.results or {}).get("cells", []):
-            x, y = _number(cell.get("median_context_tokens")), _number(cell.get("median_ttft_ms"))
-            if cell.get("completed") and x is not None and y is not None:
-                points.append((x, y))
-        if points:
-            out[learner.username] = sorted(points)
-    return out
-
-
-def _done(figure: Any) -> dict[str, Any]:
-    figure.update_layout(**LAYOUT)
-    return dict(json.loads(figure.to_json()))
-
-
-def speeds_figure(points: dict[str, list[tuple[str, float | None, float | None]]]) -> dict[str, Any] | None:
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-
-    if not points:
-        return None
-    figure = make_subplots(rows=1, cols=2, subplot_titles=(_("프리필 속도 (tok/s)"), _("디코드 속도 (tok/s)")))
-    for engine, rows in sorted(points.items()):
-        for column, index in ((1, 1), (2, 2)):
-            kept = [(row[0], row[index]) for row in rows if row[index] is not None]
-            figure.add_trace(
-                go.Box(
-                    y=[value for _name, value in kept],
-                    text=[name for name, _value in kept],
-                    name=engine,
-                    legendgroup=engine,
-                    showlegend=column == 1,
-                    boxpoints="all",
-                    jitter=0.4,
-                    pointpos=0,
-                    hovertemplate="%{text}: %{y:.1f} tok/s<extra></extra>",
-                ),
-                1,
-                column,
-            )
-    figure.update_yaxes(rangemode="tozero")
-    return _done(figure)
-
-
-def ttft_figure(points: dict[str, list[tuple[float, float]]]) -> dict[str, Any] | None:
-    import plotly.graph_objects as go
-
-    if not points:
-        return None
-    figure = go.Figure()
-    for username, pairs in sorted(points.items()):
-        figure.add_trace(
-            go.Scatter(
-                x=[x for x, _y in pairs],
-                y=[y for _x, y in pairs],
-                mode="markers",
-                name=username,
-                hovertemplate=username + ": %{x:.0f} tok → %{y:.0f} ms<extra></extra>",
-            )
-        )
-    figure.update_xaxes(title_text=_("검색해 넣은 문맥 토큰"))
-    figure.update_yaxes(title_text="TTFT (ms)", rangemode="tozero")
-    figure.update_layout(title_text=_("문맥 토큰에 따른 TTFT (학습자별)"))
-    return _done(figure)
+def chart_data(learners: list[User]) -> dict[str, Any]:
+    """Every class chart's data by its key (``/classes/<id>/charts.json``)."""
+    return {chart.key: chart.points(_latest_finished(learners, kind)) for kind, chart in _class_charts()}
 
 
 def class_charts(learners: list[User]) -> list[dict[str, Any]]:
     """[{"id", "data_id", "figure"}] for templates/bench/charts.html; a chart without data is left out."""
     out = []
-    speeds = speeds_figure(speed_points(learners))
-    if speeds is not None:
-        out.append({"id": "class-speeds", "data_id": "class-speeds-data", "figure": speeds})
-    ttft = ttft_figure(ttft_points(learners))
-    if ttft is not None:
-        out.append({"id": "class-ttft", "data_id": "class-ttft-data", "figure": ttft})
+    for kind, chart in _class_charts():
+        figure = chart.figure(chart.points(_latest_finished(learners, kind)))
+        if figure is not None:
+            out.append({"id": chart.id, "data_id": f"{chart.id}-data", "figure": figure})
     return out

@@ -15,7 +15,7 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from labapp.classes.access import learners_of
+from labapp.access import learners_of
 from labapp.labs.catalog import LABS, Lab, LabState, states_for
 from labapp.models import Assignment, Classroom
 

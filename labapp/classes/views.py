@@ -1,7 +1,8 @@
 """Class pages: list and create classes, members and join codes, rosters, assignments, results.
 
 Every view reaches its class through ``access.classroom_for`` (instructors of the class
-and admins; anyone else gets 404) and a learner through ``access.learner_for``.
+and admins; anyone else gets 404), a learner through ``access.learner_for`` and their
+job through ``access.learner_job_for``; who may do what is ``labapp.access``.
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
 
 from bench import charts as bench_charts
+from labapp import access as roles
 from labapp.classes import access, charts, roster, selectors, services
 from labapp.classes.forms import (
     AssignmentForm,
@@ -36,16 +38,14 @@ def _roster_key(classroom: Classroom) -> str:
 
 
 def _list_context(request: HttpRequest, join_form: JoinForm) -> dict[str, Any]:
-    taught = list(access.classes_taught(request.user))
+    taught = list(roles.classes_managed(request.user))
     joined = list(
-        Classroom.objects.filter(memberships__user_id=request.user.pk or 0, memberships__role=Membership.Role.LEARNER)
-        .exclude(pk__in=[c.pk for c in taught])
-        .prefetch_related("assignments")
+        roles.classes_learning(request.user).exclude(pk__in=[c.pk for c in taught]).prefetch_related("assignments")
     )
     return {
         "taught": taught,
         "joined": joined,
-        "can_create": access.can_create_classes(request.user),
+        "can_create": roles.may_create_class(request.user),
         "join_form": join_form,
         "labs": LABS,
     }
@@ -59,7 +59,7 @@ def class_list(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def class_create(request: HttpRequest) -> HttpResponse:
-    if not access.can_create_classes(request.user):
+    if not roles.may_create_class(request.user):
         return render(request, "classes/cannot_create.html", status=403)
     form = ClassroomForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
@@ -87,18 +87,9 @@ def _detail_context(request: HttpRequest, classroom: Classroom, **extra: Any) ->
     members = list(
         Membership.objects.filter(classroom=classroom).select_related("user").order_by("role", "user__username")
     )
-    member_ids = [m.user_id for m in members]
-    teaching = set(
-        Membership.objects.filter(user_id__in=member_ids, role=Membership.Role.INSTRUCTOR).values_list(
-            "user_id", flat=True
-        )
-    )
+    resettable = roles.password_resettable(request.user, classroom)
     for m in members:
-        m.resettable = (  # type: ignore[attr-defined]
-            m.role == Membership.Role.LEARNER
-            and m.user_id not in teaching
-            and not (m.user.is_staff or m.user.is_superuser)
-        )
+        m.resettable = m.user_id in resettable  # type: ignore[attr-defined]
     expired = classroom.join_code_expires_at is not None and classroom.join_code_expires_at <= timezone.now()
     context = {
         "classroom": classroom,
@@ -144,8 +135,8 @@ def class_join_code(request: HttpRequest, classroom_id: int) -> HttpResponse:
 @require_POST
 def learner_password(request: HttpRequest, classroom_id: int, user_id: int) -> HttpResponse:
     classroom = access.classroom_for(request.user, classroom_id)
-    learner = access.learner_for(classroom, user_id)
-    if not access.can_reset_password(learner):
+    learner = access.learner_for(request.user, classroom, user_id)
+    if not roles.may_reset_password(request.user, learner):
         messages.error(request, _("강사나 관리자 계정의 비밀번호는 여기서 바꿀 수 없습니다."))
         return redirect("class_detail", classroom_id=classroom.pk)
     form = TemporaryPasswordForm(request.POST, learner=learner)
@@ -218,7 +209,7 @@ def assignment_create(request: HttpRequest, classroom_id: int) -> HttpResponse:
 @login_required
 def assignment_edit(request: HttpRequest, classroom_id: int, assignment_id: int) -> HttpResponse:
     classroom = access.classroom_for(request.user, classroom_id)
-    assignment = get_object_or_404(Assignment, pk=assignment_id, classroom=classroom)
+    assignment = access.assignment_for(request.user, classroom, assignment_id)
     form = AssignmentForm(request.POST or None, classroom=classroom, instance=assignment)
     if request.method == "POST" and form.is_valid():
         services.assignment_update(assignment=assignment, **form.cleaned_data)
@@ -232,7 +223,7 @@ def assignment_edit(request: HttpRequest, classroom_id: int, assignment_id: int)
 @require_POST
 def assignment_delete(request: HttpRequest, classroom_id: int, assignment_id: int) -> HttpResponse:
     classroom = access.classroom_for(request.user, classroom_id)
-    assignment = get_object_or_404(Assignment, pk=assignment_id, classroom=classroom)
+    assignment = access.assignment_for(request.user, classroom, assignment_id)
     services.assignment_delete(assignment=assignment)
     messages.success(request, _("과제를 지웠습니다. 이미 낸 제출물은 남아 있습니다."))
     return redirect("class_detail", classroom_id=classroom.pk)
@@ -261,20 +252,15 @@ def class_results_csv(request: HttpRequest, classroom_id: int) -> HttpResponse:
 @require_GET
 def class_charts_json(request: HttpRequest, classroom_id: int) -> JsonResponse:
     classroom = access.classroom_for(request.user, classroom_id)
-    learners = list(access.learners_of(classroom).only("pk", "username"))
-    return JsonResponse(
-        {
-            "speeds": charts.speed_points(learners),
-            "ttft_vs_context": charts.ttft_points(learners),
-        }
-    )
+    learners = list(roles.learners_of(classroom).only("pk", "username"))
+    return JsonResponse(charts.chart_data(learners))
 
 
 @login_required
 @require_GET
 def learner_detail(request: HttpRequest, classroom_id: int, user_id: int) -> HttpResponse:
     classroom = access.classroom_for(request.user, classroom_id)
-    learner = access.learner_for(classroom, user_id)
+    learner = access.learner_for(request.user, classroom, user_id)
     work = selectors.learner_work(learner)
     return render(request, "classes/learner.html", {"classroom": classroom, "work": work, "learner": learner})
 
@@ -283,8 +269,8 @@ def learner_detail(request: HttpRequest, classroom_id: int, user_id: int) -> Htt
 @require_GET
 def learner_job(request: HttpRequest, classroom_id: int, user_id: int, job_id: int) -> HttpResponse:
     classroom = access.classroom_for(request.user, classroom_id)
-    learner = access.learner_for(classroom, user_id)
-    job = access.job_of(learner, job_id)
+    learner = access.learner_for(request.user, classroom, user_id)
+    job = access.learner_job_for(request.user, learner, job_id)
     results = job.results or {}
     lab = next((lab for lab in LABS.values() if lab.job_kind == job.kind), None)
     cells = [c for c in results.get("cells", []) if isinstance(c, dict)]

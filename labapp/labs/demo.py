@@ -5,14 +5,16 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from bench import charts, engines, services
-from bench.models import BenchJob
+from bench import access, charts, engines, services
+from bench.kinds import retrieval
 from rag.chunking import CHUNK_SIZES
 from rag.views import chat_context
+
+DEMO_KIND = retrieval.KIND.name  # the demo sweeps retrieval size: Lab 4's job kind
 
 TOP_KS = (1, 2, 4, 6, 8, 10)
 
@@ -34,7 +36,7 @@ def sweep_settings(top_k_max: int, chunk_size_max: int) -> dict[str, str]:
 def demo(request: HttpRequest) -> HttpResponse:
     job = None
     if request.GET.get("job", "").isdigit():
-        job = BenchJob.objects.filter(pk=int(request.GET["job"]), owner_id=request.user.pk, kind="retrieval").first()
+        job = access.owned_job(request.user, int(request.GET["job"]), kind=DEMO_KIND)  # another's: no chart
     context = chat_context(request, None) | {"job": job, "chunk_sizes": CHUNK_SIZES}
     return render(request, "demo.html", context)
 
@@ -50,7 +52,7 @@ def demo_sweep(request: HttpRequest) -> HttpResponse:
     try:
         job = services.job_submit(
             owner=request.user,  # type: ignore[arg-type]
-            kind="retrieval",
+            kind=DEMO_KIND,
             config=config,
             engine_url=engines.chosen_url(request.session),
         )
@@ -63,13 +65,12 @@ def demo_sweep(request: HttpRequest) -> HttpResponse:
 @login_required
 def demo_sweep_state(request: HttpRequest, job_id: int) -> JsonResponse:
     """What the live chart needs: progress and the chart of the cells finished so far."""
-    job = BenchJob.objects.filter(pk=job_id, owner_id=request.user.pk, kind="retrieval").first()
-    if job is None:
-        raise Http404("job not found")
-    figures = charts.charts("retrieval", [(f"#{job.pk}", job.results or {})])
+    job = access.job_for(request.user, job_id, kind=DEMO_KIND)
+    figures = charts.charts(DEMO_KIND, [(f"#{job.pk}", job.results or {})])
     return JsonResponse(
         {
             "status": job.status,
+            "status_label": job.get_status_display(),
             "done": job.done_requests,
             "total": job.total_requests,
             "cell": job.current_cell,

@@ -10,9 +10,9 @@ from django.utils import translation
 from django.views.decorators.http import require_POST
 
 from bench import charts, engines, services
+from labapp.chapter.selectors import section_in
 from labapp.labs import services as lab_services
 from labapp.labs.catalog import LABS, Lab, states_for
-from labapp.models import ChapterSection
 
 
 def _me(request: HttpRequest) -> int:
@@ -36,10 +36,7 @@ def lab_page(request: HttpRequest, number: int) -> HttpResponse:
     lab = _lab(number)
     state = states_for([_me(request)], [number])[(_me(request), number)]
     language = translation.get_language() or "ko"
-    section = (
-        ChapterSection.objects.filter(slug=lab.slug, language=language).first()
-        or ChapterSection.objects.filter(slug=lab.slug, language="ko").first()
-    )
+    section = section_in(lab.slug, language)
     shown = state.checked_job
     context = {
         "lab": lab,

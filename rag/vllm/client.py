@@ -1,8 +1,8 @@
 """The only HTTP client for vLLM (any OpenAI-compatible server).
 
 Streams with usage and vLLM's per-request metrics, timestamps every chunk with
-``time.perf_counter()`` in this process and hands the raw timestamps to
-``bench.metrics``.  A failed request is returned as a record with its error;
+``time.perf_counter()`` in this process and folds them into a ``RequestRecord``
+(``rag.vllm.records``).  A failed request is returned as a record with its error;
 nothing here raises past the caller for a request that went wrong.
 """
 
@@ -12,9 +12,10 @@ import asyncio
 import json
 import time
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 from django.conf import settings
@@ -22,6 +23,7 @@ from django.conf import settings
 from rag.vllm.records import RequestRecord, apply_chunk
 
 OnText = Callable[[str, RequestRecord], Awaitable[None]]
+Api = Literal["completions", "chat"]
 
 
 class EngineUnavailable(RuntimeError):
@@ -86,6 +88,22 @@ _clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, httpx.A
 # Idle pooled connections are dropped before the engine's own keep-alive (uvicorn, 5 s)
 # would close them under a request about to be sent.
 KEEPALIVE = httpx.Limits(max_connections=None, max_keepalive_connections=64, keepalive_expiry=2.0)
+HTTPX_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=20)  # httpx's own default pool
+
+
+@asynccontextmanager
+async def connect(
+    base_url: str, *, timeout: float | httpx.Timeout = 60.0, limits: httpx.Limits | None = None
+) -> AsyncIterator[httpx.AsyncClient]:
+    """The one way to open a connection pool to a vLLM (OpenAI-compatible) server.
+
+    Yields an ``httpx.AsyncClient`` bound to ``base_url`` and closes it on exit.
+    ``limits`` None keeps httpx's own pool limits (:data:`HTTPX_LIMITS`, 100
+    connections); a load run passes its own.
+    """
+    pool = limits if limits is not None else HTTPX_LIMITS
+    async with httpx.AsyncClient(base_url=base_url, timeout=timeout, limits=pool) as http:
+        yield http
 
 
 def shared_client() -> httpx.AsyncClient:
@@ -107,7 +125,7 @@ async def engine_model(url: str) -> str:
     if settings.VLLM_MODEL and url.rstrip("/") == base_url().rstrip("/"):
         return str(settings.VLLM_MODEL)
     try:
-        async with httpx.AsyncClient(base_url=url, timeout=_SHORT) as http:
+        async with connect(url, timeout=_SHORT) as http:
             response = await http.get("/v1/models")
             response.raise_for_status()
             return str(response.json()["data"][0]["id"])
@@ -173,6 +191,58 @@ async def stream_chat(
     payload = _streaming(model, max_tokens, temperature) | {"messages": messages}
     return await _stream(
         "/v1/chat/completions", payload, on_text=on_text, client=client, timeout=timeout, record=record
+    )
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    """One request to stream: a prompt for ``/v1/completions``, or chat turns for ``/v1/chat/completions``.
+
+    ``ignore_eos`` (completions only) defaults to True, as a load run asks for exactly
+    ``max_tokens``; the chat passes False. ``messages`` empty: the prompt as one user turn.
+    """
+
+    prompt: str
+    max_tokens: int
+    ignore_eos: bool = True
+    api: Api = "completions"
+    stop: tuple[str, ...] = ()
+    temperature: float = 0.0
+    messages: tuple[dict[str, str], ...] = ()
+
+
+async def stream_request(
+    spec: RequestSpec,
+    *,
+    model: str | None = None,
+    on_text: OnText | None = None,
+    client: httpx.AsyncClient | None = None,
+    timeout: float = 600.0,
+    record: RequestRecord | None = None,
+) -> RequestRecord:
+    """Stream ``spec`` to the API it names: the one per-request path of the chat and the load runs."""
+    if spec.api == "chat":
+        return await stream_chat(
+            list(spec.messages) or [{"role": "user", "content": spec.prompt}],
+            max_tokens=spec.max_tokens,
+            model=model,
+            temperature=spec.temperature,
+            on_text=on_text,
+            client=client,
+            timeout=timeout,
+            record=record,
+        )
+    return await stream_completion(
+        spec.prompt,
+        max_tokens=spec.max_tokens,
+        model=model,
+        temperature=spec.temperature,
+        ignore_eos=spec.ignore_eos,
+        stop=list(spec.stop) or None,
+        on_text=on_text,
+        client=client,
+        timeout=timeout,
+        record=record,
     )
 
 

@@ -48,11 +48,12 @@ def test_bench_fidelity_runs_vllm_bench_serve_and_our_runner_on_the_same_workloa
 def test_a_length_sweep_job_on_the_real_engine_fits_rising_lines(engine: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from django.contrib.auth.models import User
 
-    from bench import jobs, services
+    from bench import kinds, services
+    from bench.kinds.sweep import SweepConfig
     from bench.models import BenchJob
 
-    small = jobs.SweepConfig(input_lengths=(64, 512, 1024), fixed_output=8, output_lengths=(8, 48), fixed_input=64)
-    monkeypatch.setattr(jobs, "config_for", lambda kind, raw: small)
+    small = SweepConfig(input_lengths=(64, 512, 1024), fixed_output=8, output_lengths=(8, 48), fixed_input=64)
+    monkeypatch.setattr(kinds, "config_for", lambda kind, raw, **options: small)
     owner = User.objects.create(username="sweeper")
     job = BenchJob.objects.create(owner=owner, kind="sweep", config={"repeats": 1, "seed": 11}, engine_url=engine)
     done = services.job_execute(job_id=job.pk)
@@ -70,11 +71,12 @@ def test_a_load_sweep_job_on_the_real_engine_runs_requests_side_by_side(
 ) -> None:
     from django.contrib.auth.models import User
 
-    from bench import jobs, services
+    from bench import kinds, services
+    from bench.kinds.load import LoadConfig
     from bench.models import BenchJob
 
-    small = jobs.LoadConfig(concurrencies=(1, 4), input_tokens=64, output_tokens=8, slo_ttft_ms=60_000)
-    monkeypatch.setattr(jobs, "config_for", lambda kind, raw: small)
+    small = LoadConfig(concurrencies=(1, 4), input_tokens=64, output_tokens=8, slo_ttft_ms=60_000)
+    monkeypatch.setattr(kinds, "config_for", lambda kind, raw, **options: small)
     owner = User.objects.create(username="load-real")
     job = BenchJob.objects.create(owner=owner, kind="load", config={"repeats": 1, "seed": 12}, engine_url=engine)
     done = services.job_execute(job_id=job.pk)

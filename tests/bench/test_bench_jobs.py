@@ -10,22 +10,27 @@ from asgiref.sync import sync_to_async
 from django.contrib.auth.models import User
 from django.test import Client
 
-from bench import jobs, services
+from bench import kinds, scripted_server, services
+from bench.kinds import sweep
+from bench.kinds.cells import cell_summary, line_fit
+from bench.kinds.load import LoadConfig
+from bench.kinds.speed import SpeedConfig
 from bench.models import BenchJob
-from tests import aio, fake_vllm
+from bench.reporting import ProgressReporter, Reporter
+from tests import aio
 
-SMALL = jobs.SpeedConfig(repeats=1, shapes=((20, 4), (60, 4), (20, 8)), check=(40, 6), seed=5)
+SMALL = SpeedConfig(repeats=1, shapes=((20, 4), (60, 4), (20, 8)), check=(40, 6), seed=5)
 
 
 @pytest.fixture
-def fake() -> Iterator[tuple[fake_vllm.Script, str]]:
-    script = fake_vllm.Script(delay_s=0.001)
-    with fake_vllm.serve(script) as url:
+def fake() -> Iterator[tuple[scripted_server.Script, str]]:
+    script = scripted_server.Script(delay_s=0.001)
+    with scripted_server.serve(script) as url:
         yield script, url
 
 
 def test_the_speed_probe_measures_every_shape_with_exact_prompts_and_checks_the_estimate(
-    fake: tuple[fake_vllm.Script, str],
+    fake: tuple[scripted_server.Script, str],
 ) -> None:
     script, url = fake
     seen: list[tuple[int, int, str]] = []
@@ -34,7 +39,9 @@ def test_the_speed_probe_measures_every_shape_with_exact_prompts_and_checks_the_
         seen.append((done, total, cell))
         return True
 
-    result = aio.run(jobs.speed_probe(SMALL, base_url=url, model="fake-model", progress=progress)).as_dict()
+    result, _ = aio.run(
+        kinds.measure("speed", SMALL, base_url=url, model="fake-model", reporter=ProgressReporter(progress))
+    )
     assert [(c["input_tokens"], c["output_tokens"]) for c in result["cells"]] == [(20, 4), (60, 4), (20, 8), (40, 6)]
     assert all(c["completed"] == 1 and c["failed"] == 0 for c in result["cells"])
     # the fake counts a token per 3 bytes: each prompt is the shortest with at least that many
@@ -49,23 +56,25 @@ def test_the_speed_probe_measures_every_shape_with_exact_prompts_and_checks_the_
     assert seen[-1][0] == seen[-1][1] == SMALL.total_requests
 
 
-def test_a_cancelled_probe_returns_what_it_measured(fake: tuple[fake_vllm.Script, str]) -> None:
+def test_a_cancelled_probe_returns_what_it_measured(fake: tuple[scripted_server.Script, str]) -> None:
     _, url = fake
 
     async def progress(done: int, total: int, cell: str) -> bool:
         return done < 2
 
-    result = aio.run(jobs.speed_probe(SMALL, base_url=url, model="fake-model", progress=progress))
-    assert result.cancelled and len(result.cells) == 2
+    result, cancelled = aio.run(
+        kinds.measure("speed", SMALL, base_url=url, model="fake-model", reporter=ProgressReporter(progress))
+    )
+    assert cancelled and len(result["cells"]) == 2
 
 
 @pytest.mark.django_db
 def test_a_job_runs_to_done_and_a_dead_engine_fails_it_with_the_reason(
-    fake: tuple[fake_vllm.Script, str], monkeypatch: pytest.MonkeyPatch
+    fake: tuple[scripted_server.Script, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _, url = fake
     owner = User.objects.create(username="runner")
-    monkeypatch.setattr(jobs, "SpeedConfig", lambda repeats, seed: SMALL)
+    monkeypatch.setattr(kinds, "config_for", lambda kind, raw, **options: SMALL)
     job = BenchJob.objects.create(owner=owner, kind="speed", config={"repeats": 1, "seed": 5}, engine_url=url)
     done = services.job_execute(job_id=job.pk)
     assert done.status == BenchJob.Status.DONE and done.done_requests == SMALL.total_requests
@@ -81,25 +90,27 @@ def test_a_job_runs_to_done_and_a_dead_engine_fails_it_with_the_reason(
 
 @pytest.mark.django_db
 def test_a_cancel_request_stops_a_running_job_and_keeps_its_results(
-    fake: tuple[fake_vllm.Script, str], monkeypatch: pytest.MonkeyPatch
+    fake: tuple[scripted_server.Script, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _, url = fake
     owner = User.objects.create(username="canceller")
-    monkeypatch.setattr(jobs, "SpeedConfig", lambda repeats, seed: SMALL)
+    monkeypatch.setattr(kinds, "config_for", lambda kind, raw, **options: SMALL)
     job = BenchJob.objects.create(owner=owner, kind="speed", config={"repeats": 1, "seed": 7}, engine_url=url)
-    real_probe = jobs.speed_probe
+    real_measure = kinds.measure
 
-    async def probe(config: Any, **kwargs: Any) -> jobs.SpeedResult:
-        progress = kwargs.pop("progress")
+    async def measure(kind: str, config: Any, *, reporter: Reporter, **kwargs: Any) -> tuple[dict[str, Any], bool]:
+        class CancelAfterTwo:
+            async def progress(self, done: int, total: int, cell: str) -> bool:
+                if done == 2:
+                    await sync_to_async(BenchJob.objects.filter(pk=job.pk).update)(cancel_requested=True)
+                return bool(await reporter.progress(done, total, cell))
 
-        async def cancel_after_two(done: int, total: int, cell: str) -> bool:
-            if done == 2:
-                await sync_to_async(BenchJob.objects.filter(pk=job.pk).update)(cancel_requested=True)
-            return bool(await progress(done, total, cell))
+            async def partial(self, results: dict[str, Any]) -> None:
+                await reporter.partial(results)
 
-        return await real_probe(config, progress=cancel_after_two, **kwargs)
+        return await real_measure(kind, config, reporter=CancelAfterTwo(), **kwargs)
 
-    monkeypatch.setattr(jobs, "speed_probe", probe)
+    monkeypatch.setattr(kinds, "measure", measure)
     ended = services.job_execute(job_id=job.pk)
     assert ended.status == BenchJob.Status.CANCELLED and ended.done_requests == 2
     assert len(ended.results["cells"]) == 2
@@ -119,7 +130,7 @@ def test_the_pages_refuse_bad_input_hide_other_users_jobs_and_export() -> None:
         status=BenchJob.Status.DONE,
         results={
             "cells": [
-                jobs.cell_summary(20, 4, [])
+                cell_summary([], input_tokens=20, output_tokens=4)
                 | {"check": False, "completed": 1, "median_ttft_ms": 5.0, "median_decode_ms": 9.0}
             ]
         },
@@ -146,7 +157,7 @@ def test_cancelling_a_queued_job_ends_it_at_once() -> None:
 
 
 def test_the_bench_command_prints_the_speeds_and_writes_json_and_csv(
-    fake: tuple[fake_vllm.Script, str], monkeypatch: pytest.MonkeyPatch, settings: Any, tmp_path: Any
+    fake: tuple[scripted_server.Script, str], monkeypatch: pytest.MonkeyPatch, settings: Any, tmp_path: Any
 ) -> None:
     import json
     from io import StringIO
@@ -156,7 +167,7 @@ def test_the_bench_command_prints_the_speeds_and_writes_json_and_csv(
     _, url = fake
     settings.VLLM_BASE_URL = url
     settings.VLLM_MODEL = ""
-    monkeypatch.setattr(jobs, "SpeedConfig", lambda repeats, seed: SMALL)
+    monkeypatch.setattr(kinds, "config_for", lambda kind, raw, **options: SMALL)
     out = StringIO()
     call_command("bench", "speed", repeats=1, json=tmp_path / "r.json", csv=tmp_path / "r.csv", stdout=out)
     assert "prefill" in out.getvalue() and "estimate on 40/6" in out.getvalue()
@@ -165,28 +176,30 @@ def test_the_bench_command_prints_the_speeds_and_writes_json_and_csv(
 
 
 def test_a_line_fit_matches_hand_computed_values() -> None:
-    fit = jobs.line_fit([1, 2, 3], [2, 4, 6])
+    fit = line_fit([1, 2, 3], [2, 4, 6])
     assert fit == {"slope": 2.0, "intercept": 0.0, "r2": 1.0}
-    noisy = jobs.line_fit([0, 1, 2, 3], [1, 3, 2, 4])
+    noisy = line_fit([0, 1, 2, 3], [1, 3, 2, 4])
     assert noisy is not None
     assert noisy["slope"] == pytest.approx(0.8) and noisy["intercept"] == pytest.approx(1.3)
     assert noisy["r2"] == pytest.approx(0.64)
-    assert jobs.line_fit([5], [1]) is None and jobs.line_fit([2, 2], [1, 3]) is None
+    assert line_fit([5], [1]) is None and line_fit([2, 2], [1, 3]) is None
 
 
 def test_the_length_sweep_varies_one_length_at_a_time_and_fits_both_lines(
-    fake: tuple[fake_vllm.Script, str],
+    fake: tuple[scripted_server.Script, str],
 ) -> None:
     _, url = fake
-    config = jobs.SweepConfig(input_lengths=(20, 40, 80), fixed_output=4, output_lengths=(4, 8), fixed_input=20)
+    config = sweep.SweepConfig(input_lengths=(20, 40, 80), fixed_output=4, output_lengths=(4, 8), fixed_input=20)
 
     async def progress(done: int, total: int, cell: str) -> bool:
         return True
 
-    result = aio.run(jobs.length_sweep(config, base_url=url, model="fake-model", progress=progress)).as_dict()
+    result, _ = aio.run(
+        kinds.measure("sweep", config, base_url=url, model="fake-model", reporter=ProgressReporter(progress))
+    )
     shapes = [(c["input_tokens"], c["output_tokens"], c["sweep"]) for c in result["cells"]]
     assert shapes == [(20, 4, "input"), (40, 4, "input"), (80, 4, "input"), (20, 4, "output"), (20, 8, "output")]
-    fits = jobs.sweep_fits(result["cells"])
+    fits = sweep.fits(result["cells"])
     assert set(fits["ttft_vs_input"]) == {"slope", "intercept", "r2"}
     assert fits["decode_vs_output"] is not None and set(fits["tpot_by_input"]) == {"20", "40", "80"}
 
@@ -211,27 +224,31 @@ def test_metrics_text_is_summed_over_labels_and_deltas_give_means_and_hit_rate()
     assert d["request_decode_time_mean_ms"] is None
 
 
-def test_each_cell_stores_the_servers_metrics_delta_and_peaks(fake: tuple[fake_vllm.Script, str]) -> None:
+def test_each_cell_stores_the_servers_metrics_delta_and_peaks(fake: tuple[scripted_server.Script, str]) -> None:
     _, url = fake
 
     async def progress(done: int, total: int, cell: str) -> bool:
         return True
 
-    result = aio.run(jobs.speed_probe(SMALL, base_url=url, model="fake-model", progress=progress))
-    server = result.cells[0]["server"]
+    result, _ = aio.run(
+        kinds.measure("speed", SMALL, base_url=url, model="fake-model", reporter=ProgressReporter(progress))
+    )
+    server = result["cells"][0]["server"]
     assert server["time_to_first_token_count"] == 1 and server["time_to_first_token_mean_ms"] == pytest.approx(20)
     assert server["prefix_cache_hit_rate"] == pytest.approx(0.16) and server["samples"] >= 1
 
 
-def test_a_server_without_metrics_still_runs_the_job(fake: tuple[fake_vllm.Script, str]) -> None:
+def test_a_server_without_metrics_still_runs_the_job(fake: tuple[scripted_server.Script, str]) -> None:
     script, url = fake
     script.metrics = False
 
     async def progress(done: int, total: int, cell: str) -> bool:
         return True
 
-    result = aio.run(jobs.speed_probe(SMALL, base_url=url, model="fake-model", progress=progress))
-    assert len(result.cells) == 4 and "unavailable" in result.cells[0]["server"]["error"]
+    result, _ = aio.run(
+        kinds.measure("speed", SMALL, base_url=url, model="fake-model", reporter=ProgressReporter(progress))
+    )
+    assert len(result["cells"]) == 4 and "unavailable" in result["cells"][0]["server"]["error"]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -239,7 +256,7 @@ def test_progress_is_pushed_to_the_owners_job_socket_only(settings: Any) -> None
     from channels.layers import channel_layers
     from channels.testing import WebsocketCommunicator
 
-    from bench.services import _push
+    from bench.jobrun import push
     from labapp.asgi import application
 
     settings.CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
@@ -264,7 +281,7 @@ def test_progress_is_pushed_to_the_owners_job_socket_only(settings: Any) -> None
             application, f"/ws/bench/{job.pk}/", headers=[*headers, (b"cookie", owner_cookie)]
         )
         assert (await socket.connect())[0]
-        await _push(job.pk, {"status": "running", "done": 3, "total": 8, "cell": "100 in / 50 out"})
+        await push(job.pk, {"status": "running", "done": 3, "total": 8, "cell": "100 in / 50 out"})
         message = await socket.receive_json_from(timeout=5)
         await socket.disconnect()
         return refused, message
@@ -279,12 +296,12 @@ def test_progress_is_pushed_to_the_owners_job_socket_only(settings: Any) -> None
 
 @pytest.mark.django_db
 def test_a_load_sweep_measures_each_concurrency_with_goodput_and_finds_the_best_level(
-    fake: tuple[fake_vllm.Script, str], monkeypatch: pytest.MonkeyPatch
+    fake: tuple[scripted_server.Script, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     script, url = fake
     script.delay_s = 0.01
-    small = jobs.LoadConfig(concurrencies=(1, 2, 4), input_tokens=20, output_tokens=4, slo_ttft_ms=60_000)
-    monkeypatch.setattr(jobs, "config_for", lambda kind, raw: small)
+    small = LoadConfig(concurrencies=(1, 2, 4), input_tokens=20, output_tokens=4, slo_ttft_ms=60_000)
+    monkeypatch.setattr(kinds, "config_for", lambda kind, raw, **options: small)
     owner = User.objects.create(username="loader")
     job = BenchJob.objects.create(owner=owner, kind="load", config={"repeats": 1, "seed": 3}, engine_url=url)
     done = services.job_execute(job_id=job.pk)

@@ -12,15 +12,17 @@ from django.contrib.auth.models import User
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
-from bench import charts, configs, exports, jobs, jobs_rag, services, workloads
+from bench import charts, configs, exports, kinds, scripted_server, services, workloads
+from bench.kinds import rag_work, session
 from bench.models import BenchJob
-from tests import aio, fake_vllm
+from bench.reporting import ProgressReporter
+from tests import aio
 
 
 @pytest.fixture
-def fake() -> Iterator[tuple[fake_vllm.Script, str]]:
-    script = fake_vllm.Script(delay_s=0.001)
-    with fake_vllm.serve(script) as url:
+def fake() -> Iterator[tuple[scripted_server.Script, str]]:
+    script = scripted_server.Script(delay_s=0.001)
+    with scripted_server.serve(script) as url:
         yield script, url
 
 
@@ -50,22 +52,22 @@ async def _keep_going(done: int, total: int, cell: str) -> bool:
 )
 def test_a_bad_setting_names_its_field(kind: str, raw: dict[str, Any], field: str, words: str) -> None:
     with pytest.raises(configs.ConfigError) as caught:
-        jobs.config_for(kind, raw)
+        kinds.config_for(kind, raw)
     assert caught.value.field == field and words in caught.value.message
 
 
 def test_a_request_longer_than_the_engine_allows_is_refused_before_it_runs() -> None:
     with pytest.raises(configs.ConfigError) as caught:
-        jobs.config_for("load", {"input_tokens": "4000", "output_tokens": "5000"}, max_model_len=8192)
+        kinds.config_for("load", {"input_tokens": "4000", "output_tokens": "5000"}, max_model_len=8192)
     assert caught.value.field == "output_tokens" and "8192" in caught.value.message
-    assert jobs.config_for("load", {"input_tokens": "4000", "output_tokens": "4000"}, max_model_len=8192)
+    assert kinds.config_for("load", {"input_tokens": "4000", "output_tokens": "4000"}, max_model_len=8192)
     with pytest.raises(configs.ConfigError) as sweep:
-        jobs.config_for("sweep", {"input_lengths": "100, 9000"}, max_model_len=8192)
+        kinds.config_for("sweep", {"input_lengths": "100, 9000"}, max_model_len=8192)
     assert sweep.value.field == "input_lengths"
 
 
 def test_a_good_load_config_reads_every_field() -> None:
-    config = jobs.config_for(
+    config = kinds.config_for(
         "load", {"mode": "rate", "rates": "4, 0.5", "burstiness": "0.5", "workload": "shared_prefix", "prefixes": "3"}
     )
     assert config.levels == (0.5, 4.0) and config.burstiness == 0.5 and config.prefixes == 3
@@ -135,7 +137,9 @@ def test_the_form_shows_the_error_at_its_field_and_creates_no_job(monkeypatch: p
 # --- workloads and the load sweep ---------------------------------------------------------
 
 
-def test_shared_prefix_prompts_share_their_opening_and_differ_after_it(fake: tuple[fake_vllm.Script, str]) -> None:
+def test_shared_prefix_prompts_share_their_opening_and_differ_after_it(
+    fake: tuple[scripted_server.Script, str],
+) -> None:
     import httpx
 
     _, url = fake
@@ -154,20 +158,22 @@ def test_shared_prefix_prompts_share_their_opening_and_differ_after_it(fake: tup
 
 
 def test_a_rate_sweep_labels_its_levels_and_a_custom_workload_sends_each_line(
-    fake: tuple[fake_vllm.Script, str],
+    fake: tuple[scripted_server.Script, str],
 ) -> None:
     script, url = fake
-    config = jobs.config_for("load", {"mode": "rate", "rates": "20, 40", "repeats": "1", "slo_ttft_ms": "60000"})
-    results, cancelled = aio.run(jobs.job_measure(config, base_url=url, model="fake-model", progress=_keep_going))
+    config = kinds.config_for("load", {"mode": "rate", "rates": "20, 40", "repeats": "1", "slo_ttft_ms": "60000"})
+    results, cancelled = aio.run(
+        kinds.measure("load", config, base_url=url, model="fake-model", reporter=ProgressReporter(_keep_going))
+    )
     assert not cancelled and [c["request_rate"] for c in results["cells"]] == [20.0, 40.0]
     assert results["best_level"] == 40.0 and results["best_concurrency"] is None and results["model"] == "fake-model"
     assert all(r["t_scheduled"] is not None for c in results["cells"] for r in c["requests"])
     raw: dict[str, Any] = {"workload": "custom", "concurrencies": "1", "output_tokens": "3"}
     raw["custom"] = [{"prompt": "one", "max_tokens": None}, {"prompt": "two", "max_tokens": 2}]
-    config = jobs.config_for("load", raw)
+    config = kinds.config_for("load", raw)
     assert config.total_requests == 2
     script.requests.clear()
-    aio.run(jobs.job_measure(config, base_url=url, model="fake-model", progress=_keep_going))
+    aio.run(kinds.measure("load", config, base_url=url, model="fake-model", reporter=ProgressReporter(_keep_going)))
     sent = [r for r in script.requests if "max_tokens" in r and not r.get("prompt", "").startswith("warm-up")]
     assert sorted(r["max_tokens"] for r in sent) == [2, 3]
     assert any(r["prompt"].endswith("\none") for r in sent) and any(r["prompt"].endswith("\ntwo") for r in sent)
@@ -206,19 +212,21 @@ def _scripted_rag(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
             )  # fmt: skip
         return out
 
-    monkeypatch.setattr(jobs_rag, "rag_prompts", rag_prompts)
-    monkeypatch.setattr(jobs_rag, "rag_questions", lambda count, seed: [_Question(n) for n in range(count)])
+    monkeypatch.setattr(rag_work, "rag_prompts", rag_prompts)
+    monkeypatch.setattr(rag_work, "rag_questions", lambda count, seed: [_Question(n) for n in range(count)])
     return calls
 
 
 def test_the_retrieval_sweep_measures_every_top_k_and_chunk_size(
-    fake: tuple[fake_vllm.Script, str], monkeypatch: pytest.MonkeyPatch
+    fake: tuple[scripted_server.Script, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _scripted_rag(monkeypatch)
     _, url = fake
-    config = jobs.config_for("retrieval", {"questions": "2", "top_ks": "1, 3", "chunk_sizes": "200, 1000"})
+    config = kinds.config_for("retrieval", {"questions": "2", "top_ks": "1, 3", "chunk_sizes": "200, 1000"})
     assert config.total_requests == 8
-    results, _ = aio.run(jobs.job_measure(config, base_url=url, model="fake-model", progress=_keep_going))
+    results, _ = aio.run(
+        kinds.measure("retrieval", config, base_url=url, model="fake-model", reporter=ProgressReporter(_keep_going))
+    )
     cells = results["cells"]
     assert [(c["chunk_size"], c["top_k"]) for c in cells] == [(200, 1), (200, 3), (1000, 1), (1000, 3)]
     assert all(c["completed"] == 2 and c["median_retrieval_ms"] == 12.5 for c in cells)
@@ -230,12 +238,14 @@ def test_the_retrieval_sweep_measures_every_top_k_and_chunk_size(
 
 
 def test_the_prefix_job_asks_each_context_four_ways_and_reports_the_reset(
-    fake: tuple[fake_vllm.Script, str], monkeypatch: pytest.MonkeyPatch
+    fake: tuple[scripted_server.Script, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _scripted_rag(monkeypatch)
     script, url = fake
-    config = jobs.config_for("prefix", {"contexts": "2", "top_k": "3", "chunk_size": "200"})
-    results, _ = aio.run(jobs.job_measure(config, base_url=url, model="fake-model", progress=_keep_going))
+    config = kinds.config_for("prefix", {"contexts": "2", "top_k": "3", "chunk_size": "200"})
+    results, _ = aio.run(
+        kinds.measure("prefix", config, base_url=url, model="fake-model", reporter=ProgressReporter(_keep_going))
+    )
     assert [c["cell"] for c in results["cells"]] == ["cold", "warm", "other_question", "reordered"]
     assert all(c["completed"] == 2 for c in results["cells"])
     assert results["cache_reset"] == "unsupported"  # the scripted server has no /reset_prefix_cache
@@ -248,12 +258,14 @@ def test_the_prefix_job_asks_each_context_four_ways_and_reports_the_reset(
 
 
 def test_short_answers_vary_the_instruction_and_the_cap(
-    fake: tuple[fake_vllm.Script, str], monkeypatch: pytest.MonkeyPatch
+    fake: tuple[scripted_server.Script, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls = _scripted_rag(monkeypatch)
     script, url = fake
-    config = jobs.config_for("short", {"questions": "1", "normal_tokens": "64", "cap_tokens": "2"})
-    results, _ = aio.run(jobs.job_measure(config, base_url=url, model="fake-model", progress=_keep_going))
+    config = kinds.config_for("short", {"questions": "1", "normal_tokens": "64", "cap_tokens": "2"})
+    results, _ = aio.run(
+        kinds.measure("short", config, base_url=url, model="fake-model", reporter=ProgressReporter(_keep_going))
+    )
     assert {c["brief"] for c in calls} == {True, False}
     cells = {c["cell"]: c for c in results["cells"]}
     assert set(cells) == {"normal", "brief", "cap", "brief_cap"}
@@ -264,7 +276,7 @@ def test_short_answers_vary_the_instruction_and_the_cap(
 
 
 def test_a_cancel_between_requests_keeps_the_finished_cells(
-    fake: tuple[fake_vllm.Script, str], monkeypatch: pytest.MonkeyPatch
+    fake: tuple[scripted_server.Script, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _scripted_rag(monkeypatch)
     _, url = fake
@@ -272,8 +284,10 @@ def test_a_cancel_between_requests_keeps_the_finished_cells(
     async def stop_after_three(done: int, total: int, cell: str) -> bool:
         return done < 3
 
-    config = jobs.config_for("short", {"questions": "2"})
-    results, cancelled = aio.run(jobs.job_measure(config, base_url=url, model="fake-model", progress=stop_after_three))
+    config = kinds.config_for("short", {"questions": "2"})
+    results, cancelled = aio.run(
+        kinds.measure("short", config, base_url=url, model="fake-model", reporter=ProgressReporter(stop_after_three))
+    )
     assert cancelled and sum(c["completed"] for c in results["cells"]) == 3
 
 
@@ -304,7 +318,7 @@ def test_every_kind_has_a_chart_and_a_timeline_and_overlays_by_job(kind: str) ->
     assert [c["id"] for c in one] == ["job-chart", "job-timeline"]
     assert one[0]["figure"]["data"] and all(t.get("y") is not None for t in one[0]["figure"]["data"])
     timeline = one[1]["figure"]["data"]
-    assert [t["name"] for t in timeline] == ["client queue", "server queue", "prefill", "decode"]
+    assert [t["name"] for t in timeline] == ["클라이언트 대기", "서버 대기", "프리필", "디코드"]  # Korean first
     both = charts.charts(kind, [("#1", _results(kind)), ("#2", _results(kind))])
     names = [t["name"] for t in both[0]["figure"]["data"]]
     assert len(both) == 1 and any(n.startswith("#1") for n in names) and any(n.startswith("#2") for n in names)
@@ -338,12 +352,12 @@ def test_the_compare_page_overlays_jobs_of_one_kind_and_the_json_export_has_vllm
     assert not [k for k in VLLM_BENCH_KEYS if k not in first]
     assert first["max_concurrency"] == 1 and first["completed"] == 1 and first["itls"] == [[0.25, 0.25]]
     assert abs(first["median_ttft_ms"] - 200.0) < 1e-6 and abs(first["median_tpot_ms"] - 250.0) < 1e-6
-    rows = exports.csv_rows(made[0].results)
+    rows = exports.csv_rows("load", made[0].results)
     assert [r["cell"] for r in rows] == ["None/None @1", "None/None @2"] or len(rows) == 2
 
 
 def test_the_bench_command_takes_any_kinds_settings_and_refuses_bad_ones(
-    fake: tuple[fake_vllm.Script, str], settings: Any, tmp_path: Any
+    fake: tuple[scripted_server.Script, str], settings: Any, tmp_path: Any
 ) -> None:
     from io import StringIO
 
@@ -371,7 +385,7 @@ def test_the_bench_command_takes_any_kinds_settings_and_refuses_bad_ones(
 
 @pytest.mark.django_db
 def test_the_chats_estimator_uses_the_learners_latest_speed_probe() -> None:
-    from rag.conversations import learner_speeds
+    from bench.selectors import learner_speeds
 
     learner = User.objects.create(username="speeds")
     assert learner_speeds(learner) is None  # no answers, no probe
@@ -402,7 +416,7 @@ def test_each_kinds_results_render_on_its_page(kind: str) -> None:
 
 @pytest.mark.django_db
 def test_finished_cells_are_on_the_row_while_the_job_still_runs(
-    fake: tuple[fake_vllm.Script, str], monkeypatch: pytest.MonkeyPatch
+    fake: tuple[scripted_server.Script, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _scripted_rag(monkeypatch)
     _, url = fake
@@ -410,14 +424,14 @@ def test_finished_cells_are_on_the_row_while_the_job_still_runs(
     config = {"questions": "1", "top_ks": "1, 2", "chunk_sizes": "200"}
     job = BenchJob.objects.create(owner=owner, kind="retrieval", config=config, engine_url=url)
     seen: list[int] = []
-    real = jobs_rag._Session.send
+    real = session.Session.send
 
     async def send(self: Any, spec: Any, label: str) -> Any:
         row = await sync_to_async(BenchJob.objects.get)(pk=job.pk)
         seen.append(len(row.results.get("cells", [])))
         return await real(self, spec, label)
 
-    monkeypatch.setattr(jobs_rag._Session, "send", send)
+    monkeypatch.setattr(session.Session, "send", send)
     done = services.job_execute(job_id=job.pk)
     assert done.status == "done" and seen == [0, 1]  # the second cell started with the first on the row
     assert "partial" not in done.results and len(done.results["cells"]) == 2

@@ -9,15 +9,15 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from bench import services
+from bench import scripted_server, services
 from bench.models import BenchJob, Engine
 from labapp.models import Classroom, Membership
-from tests import aio, fake_vllm
+from tests import aio
 
 
 @pytest.fixture
 def fake() -> Iterator[str]:
-    with fake_vllm.serve(fake_vllm.Script()) as url:
+    with scripted_server.serve(scripted_server.Script()) as url:
         yield url
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from bench.estimator import gen_seconds
+from rag.estimator import gen_seconds
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser]
 

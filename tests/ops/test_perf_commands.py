@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 
+from bench import scripted_server
 from bench.management.commands import bench_decode_bound
-from tests import fake_vllm
 
 
 def _safetensors(path: Path, tensors: dict[str, list[int]]) -> None:
@@ -25,7 +25,7 @@ def _safetensors(path: Path, tensors: dict[str, list[int]]) -> None:
 
 @pytest.fixture
 def fake() -> Iterator[str]:
-    with fake_vllm.serve(fake_vllm.Script(delay_s=0.002, pieces=["a"] * 12)) as url:
+    with scripted_server.serve(scripted_server.Script(delay_s=0.002, pieces=["a"] * 12)) as url:
         yield url
 
 

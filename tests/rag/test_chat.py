@@ -16,12 +16,13 @@ from channels.testing import WebsocketCommunicator
 from django.contrib.auth.models import User
 from django.test import Client
 
+from bench import scripted_server
 from labapp.asgi import application
 from rag import chat, retrieval
 from rag.models import Answer, Conversation
 from rag.vectorstore import RetrievalUnavailable
 from rag.vllm import client as vllm_client
-from tests import aio, fake_vllm
+from tests import aio
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -43,9 +44,9 @@ CHUNKS = [
 
 
 @pytest.fixture
-def fake(settings: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[fake_vllm.Script]:
-    script = fake_vllm.Script()
-    with fake_vllm.serve(script) as url:
+def fake(settings: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[scripted_server.Script]:
+    script = scripted_server.Script()
+    with scripted_server.serve(script) as url:
         settings.VLLM_BASE_URL = url
         settings.VLLM_MODEL = ""
         settings.CHAT_TIMEOUT_S = 5
@@ -87,7 +88,7 @@ def _ask(question: str = "프리필이란?", **settings: Any) -> dict[str, Any]:
     return {"type": "ask", "id": "q1", "question": question, "settings": settings}
 
 
-def test_an_answer_streams_token_by_token_and_is_saved_with_every_panel_number(fake: fake_vllm.Script) -> None:
+def test_an_answer_streams_token_by_token_and_is_saved_with_every_panel_number(fake: scripted_server.Script) -> None:
     cookie = _cookie()
 
     async def go() -> list[dict[str, Any]]:
@@ -125,7 +126,7 @@ def test_an_answer_streams_token_by_token_and_is_saved_with_every_panel_number(f
     assert saved.timings["client"]["ttft_ms"] == t["client"]["ttft_ms"]
 
 
-def test_the_second_answer_is_estimated_from_the_first_ones_speeds(fake: fake_vllm.Script) -> None:
+def test_the_second_answer_is_estimated_from_the_first_ones_speeds(fake: scripted_server.Script) -> None:
     cookie = _cookie()
 
     async def go() -> dict[str, Any]:
@@ -161,7 +162,7 @@ def test_the_second_answer_is_estimated_from_the_first_ones_speeds(fake: fake_vl
     ],
 )
 def test_a_bad_frame_gets_a_clear_error_the_socket_stays_open_and_nothing_is_saved(
-    fake: fake_vllm.Script, frame: str, words: str
+    fake: scripted_server.Script, frame: str, words: str
 ) -> None:
     cookie = _cookie()
 
@@ -182,7 +183,7 @@ def test_a_bad_frame_gets_a_clear_error_the_socket_stays_open_and_nothing_is_sav
     assert fake.requests == []
 
 
-def test_an_unauthenticated_socket_or_a_foreign_origin_is_refused_before_any_work(fake: fake_vllm.Script) -> None:
+def test_an_unauthenticated_socket_or_a_foreign_origin_is_refused_before_any_work(fake: scripted_server.Script) -> None:
     cookie = _cookie()
 
     async def go() -> tuple[Any, Any]:
@@ -196,7 +197,7 @@ def test_an_unauthenticated_socket_or_a_foreign_origin_is_refused_before_any_wor
     assert fake.requests == []
 
 
-def _stream_then(action: str, fake: fake_vllm.Script) -> tuple[list[dict[str, Any]], Answer]:
+def _stream_then(action: str, fake: scripted_server.Script) -> tuple[list[dict[str, Any]], Answer]:
     fake.pieces = [f" 조각{n}" for n in range(200)]
     fake.delay_s = 0.05
     cookie = _cookie()
@@ -225,7 +226,7 @@ def _stream_then(action: str, fake: fake_vllm.Script) -> tuple[list[dict[str, An
 
 @pytest.mark.parametrize("action", ["stop", "close"])
 def test_stop_or_a_closed_tab_cancels_the_upstream_request_and_keeps_the_partial_answer(
-    fake: fake_vllm.Script, action: str
+    fake: scripted_server.Script, action: str
 ) -> None:
     frames, answer = _stream_then(action, fake)
     assert answer.status == Answer.Status.STOPPED
@@ -236,7 +237,7 @@ def test_stop_or_a_closed_tab_cancels_the_upstream_request_and_keeps_the_partial
         assert frames[-1]["type"] == "done" and frames[-1]["answer"]["status"] == "stopped"
 
 
-def _failed_answer(fake: fake_vllm.Script, **settings: Any) -> dict[str, Any]:
+def _failed_answer(fake: scripted_server.Script, **settings: Any) -> dict[str, Any]:
     cookie = _cookie()
 
     async def go() -> dict[str, Any]:
@@ -251,7 +252,7 @@ def _failed_answer(fake: fake_vllm.Script, **settings: Any) -> dict[str, Any]:
     return aio.run(go())
 
 
-def test_an_engine_400_says_why_and_is_not_retried(fake: fake_vllm.Script) -> None:
+def test_an_engine_400_says_why_and_is_not_retried(fake: scripted_server.Script) -> None:
     fake.status = 400
     fake.error_message = "This model's maximum context length is 8192 tokens."
     answer = _failed_answer(fake)
@@ -260,7 +261,7 @@ def test_an_engine_400_says_why_and_is_not_retried(fake: fake_vllm.Script) -> No
     assert len(fake.requests) == 1
 
 
-def test_a_stalled_engine_fails_within_the_chat_timeout(fake: fake_vllm.Script, settings: Any) -> None:
+def test_a_stalled_engine_fails_within_the_chat_timeout(fake: scripted_server.Script, settings: Any) -> None:
     settings.CHAT_TIMEOUT_S = 1
     fake.stall_s = 4
     started = time.monotonic()
@@ -269,7 +270,7 @@ def test_a_stalled_engine_fails_within_the_chat_timeout(fake: fake_vllm.Script, 
     assert time.monotonic() - started < 4
 
 
-def test_a_dead_engine_is_named_in_the_error(fake: fake_vllm.Script, settings: Any) -> None:
+def test_a_dead_engine_is_named_in_the_error(fake: scripted_server.Script, settings: Any) -> None:
     from tests.settings import free_port
 
     settings.VLLM_BASE_URL = f"http://127.0.0.1:{free_port()}"
@@ -278,7 +279,7 @@ def test_a_dead_engine_is_named_in_the_error(fake: fake_vllm.Script, settings: A
 
 
 def test_an_engine_gone_after_its_info_was_cached_is_named_and_the_next_ask_checks_it_again(
-    fake: fake_vllm.Script, settings: Any
+    fake: scripted_server.Script, settings: Any
 ) -> None:
     from tests.settings import free_port
 
@@ -291,7 +292,7 @@ def test_an_engine_gone_after_its_info_was_cached_is_named_and_the_next_ask_chec
 
 
 def test_chroma_down_answers_without_sources_and_says_retrieval_is_unavailable(
-    fake: fake_vllm.Script, monkeypatch: pytest.MonkeyPatch
+    fake: scripted_server.Script, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def down(*args: Any, **kwargs: Any) -> retrieval.RetrievalResult:
         raise RetrievalUnavailable("Chroma at http://127.0.0.1:1 is unreachable")
@@ -305,7 +306,7 @@ def test_chroma_down_answers_without_sources_and_says_retrieval_is_unavailable(
 
 
 def test_an_empty_collection_answers_with_no_sources_and_says_so(
-    fake: fake_vllm.Script, monkeypatch: pytest.MonkeyPatch
+    fake: scripted_server.Script, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(retrieval, "retrieve", lambda *a, **k: retrieval.RetrievalResult(chunks=[]))
     answer = _failed_answer(fake)
@@ -313,7 +314,7 @@ def test_an_empty_collection_answers_with_no_sources_and_says_so(
 
 
 def test_a_prompt_over_the_model_length_is_trimmed_beforehand_and_the_panel_says_so(
-    fake: fake_vllm.Script,
+    fake: scripted_server.Script,
 ) -> None:
     fake.max_model_len = 400  # the fake counts a token per 3 bytes; 4 chunks do not fit
     answer = _failed_answer(fake, top_k=4, max_tokens=64)
@@ -324,7 +325,7 @@ def test_a_prompt_over_the_model_length_is_trimmed_beforehand_and_the_panel_says
     assert len(fake.requests[-1]["prompt"].encode()) // 3 + 64 <= 400
 
 
-def test_a_model_with_a_chat_template_is_asked_through_chat_completions(fake: fake_vllm.Script) -> None:
+def test_a_model_with_a_chat_template_is_asked_through_chat_completions(fake: scripted_server.Script) -> None:
     fake.chat_template = True
     answer = _failed_answer(fake)
     assert answer["timings"]["api"] == "chat"
@@ -332,7 +333,7 @@ def test_a_model_with_a_chat_template_is_asked_through_chat_completions(fake: fa
 
 
 def test_ask_again_links_the_new_answer_to_the_first_and_browser_timing_gives_the_overhead(
-    fake: fake_vllm.Script,
+    fake: scripted_server.Script,
 ) -> None:
     cookie = _cookie()
 
@@ -361,7 +362,7 @@ def test_ask_again_links_the_new_answer_to_the_first_and_browser_timing_gives_th
     assert second.timings["websocket_overhead_ms"] == 4.5
 
 
-def test_another_users_conversation_cannot_be_continued(fake: fake_vllm.Script) -> None:
+def test_another_users_conversation_cannot_be_continued(fake: scripted_server.Script) -> None:
     owner = User.objects.create(username="owner")
     theirs = Conversation.objects.create(owner=owner, title="theirs")
     cookie = _cookie("intruder")
@@ -378,7 +379,7 @@ def test_another_users_conversation_cannot_be_continued(fake: fake_vllm.Script) 
     assert Answer.objects.count() == 0
 
 
-def test_saved_answers_are_reopened_escaped_and_only_by_their_owner(fake: fake_vllm.Script) -> None:
+def test_saved_answers_are_reopened_escaped_and_only_by_their_owner(fake: scripted_server.Script) -> None:
     owner = User.objects.create(username="owner")
     conversation = Conversation.objects.create(owner=owner, title="<b>제목</b>")
     Answer.objects.create(
@@ -397,7 +398,7 @@ def test_saved_answers_are_reopened_escaped_and_only_by_their_owner(fake: fake_v
     assert other.get(f"/chat/{conversation.pk}/").status_code == 404
 
 
-def test_asyncio_tasks_do_not_leak_after_the_socket_closes(fake: fake_vllm.Script) -> None:
+def test_asyncio_tasks_do_not_leak_after_the_socket_closes(fake: scripted_server.Script) -> None:
     cookie = _cookie()
 
     async def go() -> int:
@@ -412,7 +413,7 @@ def test_asyncio_tasks_do_not_leak_after_the_socket_closes(fake: fake_vllm.Scrip
     assert aio.run(go()) == 0
 
 
-def test_a_class_collection_is_offered_to_its_members_only(fake: fake_vllm.Script) -> None:
+def test_a_class_collection_is_offered_to_its_members_only(fake: scripted_server.Script) -> None:
     from labapp.models import Classroom, Membership
 
     classroom = Classroom.objects.create(name="실습반", join_code="abc")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.estimator import gen_seconds
 from rag import lexical, prompting
+from rag.estimator import gen_seconds
 from rag.prompting import ContextChunk, SettingsError
 
 KEYS = ["chapter", "mine"]

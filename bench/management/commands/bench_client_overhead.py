@@ -36,6 +36,7 @@ import asyncio
 import json
 import math
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -43,6 +44,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from bench import runner, scripted_server
 from bench.metrics import percentile
+from rag.vllm import client as vllm_client
 from rag.vllm.records import RequestRecord
 
 DEFAULT_LEVELS = "1,8,64,256,1024"
@@ -110,7 +112,7 @@ class Command(BaseCommand):
                         output_tokens=options["output_tokens"],
                     )
                 )
-        except (RuntimeError, httpx.HTTPError) as exc:
+        except (RuntimeError, httpx.HTTPError, vllm_client.EngineUnavailable) as exc:
             raise CommandError(f"{type(exc).__name__}: {exc}") from exc
         if options["json"]:
             self.stdout.write(json.dumps(report))
@@ -139,69 +141,34 @@ def _slot_lags(records: list[RequestRecord], level: int) -> list[float]:
     ]
 
 
+@dataclass(frozen=True)
+class Scripted:
+    """What the scripted server was told, and the filler every prompt carries."""
+
+    ttft: float  # s
+    itl: float  # s
+    output_tokens: int
+    filler: str
+    shared_clock: bool
+
+
 async def measure(
     url: str, *, levels: list[int], requests_per_level: int, ttft_ms: float, itl_ms: float, output_tokens: int
 ) -> dict[str, Any]:
-    ttft, itl = ttft_ms / 1000, itl_ms / 1000
-    filler = " ".join(f"w{i % 97}" for i in range(PROMPT_WORDS - 1))
-    shared_clock = "CLOCK_MONOTONIC" in time.get_clock_info("perf_counter").implementation
-    rows: list[dict[str, Any]] = []
-    async with httpx.AsyncClient(base_url=url, timeout=30) as http:
-        model = str((await http.get("/v1/models")).json()["data"][0]["id"])
+    scripted = Scripted(
+        ttft=ttft_ms / 1000,
+        itl=itl_ms / 1000,
+        output_tokens=output_tokens,
+        filler=" ".join(f"w{i % 97}" for i in range(PROMPT_WORDS - 1)),
+        shared_clock="CLOCK_MONOTONIC" in time.get_clock_info("perf_counter").implementation,
+    )
+    model = await vllm_client.engine_model(url)
+    async with vllm_client.connect(url, timeout=30) as http:
         # Warm-up, not measured: the first requests in a process pay for imports and first-call caches.
-        warm = [runner.RequestSpec(prompt=f"warmup{i} {filler}", max_tokens=output_tokens) for i in range(8)]
+        warm = [runner.RequestSpec(prompt=f"warmup{i} {scripted.filler}", max_tokens=output_tokens) for i in range(8)]
         await runner.run(warm, base_url=url, model=model, shape=runner.LoadShape(concurrency=4), timeout=60)
         await _server_stats(http)
-        for level in levels:
-            runs = math.ceil(max(level, requests_per_level) / level)
-            waves: dict[str, list[tuple[str, RequestRecord]]] = {"first": [], "second": []}
-            lags: dict[str, list[float]] = {"first": [], "second": []}
-            busy, peak, total = 0.0, 0, 0
-            for r in range(runs):
-                keys = [f"L{level}r{r}i{i}" for i in range(2 * level)]
-                specs = [runner.RequestSpec(prompt=f"{key} {filler}", max_tokens=output_tokens) for key in keys]
-                result = await runner.run(
-                    specs, base_url=url, model=model, shape=runner.LoadShape(concurrency=level), timeout=60
-                )
-                pairs = list(zip(keys, result.records, strict=True))
-                waves["first"] += pairs[:level]
-                waves["second"] += pairs[level:]
-                lags["first"] += [
-                    q * 1000 for rec in result.records[:level] if (q := rec.client_queue_time) is not None
-                ]
-                lags["second"] += _slot_lags(result.records, level)
-                busy += result.duration
-                peak = max(peak, result.max_concurrent)
-                total += len(result.records)
-            server = await _server_stats(http)
-            seen = {entry["key"]: entry for entry in server.get("requests", []) if entry.get("first") is not None}
-            completed = sum(1 for pairs in waves.values() for _, r in pairs if r.success)
-            rows.append(
-                {
-                    "concurrency": level,
-                    "runs": runs,
-                    "requests": total,
-                    "failed": total - completed,
-                    "max_concurrent": peak,
-                    "server_peak_streams": int(server.get("peak_streams", 0)),
-                    "server_connections": int(server.get("connections", 0)),
-                    "requests_per_s": round(completed / busy, 1) if busy > 0 else 0.0,
-                    "ideal_requests_per_s": round(level / (ttft + (output_tokens - 1) * itl), 1)
-                    if ttft or itl
-                    else None,
-                }
-                | {
-                    wave: _wave(
-                        waves[wave],
-                        lags[wave],
-                        seen if shared_clock else {},
-                        ttft=ttft,
-                        itl=itl,
-                        output_tokens=output_tokens,
-                    )
-                    for wave in WAVES
-                }
-            )
+        rows = [await _level(http, url, model, level, requests_per_level, scripted) for level in levels]
     limit = threshold_ms(ttft_ms)
 
     def first_distorted(wave: str) -> int | None:
@@ -223,9 +190,58 @@ async def measure(
         },
         "requests_per_level": requests_per_level,
         "threshold_ms": limit,
-        "shared_clock": shared_clock,
+        "shared_clock": scripted.shared_clock,
         "levels": rows,
         "distorts_at": {wave: first_distorted(wave) for wave in WAVES},
+    }
+
+
+async def _level(
+    http: httpx.AsyncClient, url: str, model: str, level: int, requests_per_level: int, scripted: Scripted
+) -> dict[str, Any]:
+    """One concurrency level: runs of 2·L requests at concurrency L until each wave has enough requests."""
+    ttft, itl, output_tokens = scripted.ttft, scripted.itl, scripted.output_tokens
+    runs = math.ceil(max(level, requests_per_level) / level)
+    waves: dict[str, list[tuple[str, RequestRecord]]] = {"first": [], "second": []}
+    lags: dict[str, list[float]] = {"first": [], "second": []}
+    busy, peak, total = 0.0, 0, 0
+    for r in range(runs):
+        keys = [f"L{level}r{r}i{i}" for i in range(2 * level)]
+        specs = [runner.RequestSpec(prompt=f"{key} {scripted.filler}", max_tokens=output_tokens) for key in keys]
+        result = await runner.run(
+            specs, base_url=url, model=model, shape=runner.LoadShape(concurrency=level), timeout=60
+        )
+        pairs = list(zip(keys, result.records, strict=True))
+        waves["first"] += pairs[:level]
+        waves["second"] += pairs[level:]
+        lags["first"] += [q * 1000 for rec in result.records[:level] if (q := rec.client_queue_time) is not None]
+        lags["second"] += _slot_lags(result.records, level)
+        busy += result.duration
+        peak = max(peak, result.max_concurrent)
+        total += len(result.records)
+    server = await _server_stats(http)
+    seen = {entry["key"]: entry for entry in server.get("requests", []) if entry.get("first") is not None}
+    completed = sum(1 for pairs in waves.values() for _, r in pairs if r.success)
+    return {
+        "concurrency": level,
+        "runs": runs,
+        "requests": total,
+        "failed": total - completed,
+        "max_concurrent": peak,
+        "server_peak_streams": int(server.get("peak_streams", 0)),
+        "server_connections": int(server.get("connections", 0)),
+        "requests_per_s": round(completed / busy, 1) if busy > 0 else 0.0,
+        "ideal_requests_per_s": round(level / (ttft + (output_tokens - 1) * itl), 1) if ttft or itl else None,
+    } | {
+        wave: _wave(
+            waves[wave],
+            lags[wave],
+            seen if scripted.shared_clock else {},
+            ttft=ttft,
+            itl=itl,
+            output_tokens=output_tokens,
+        )
+        for wave in WAVES
     }
 
 
@@ -274,6 +290,33 @@ def _pair(stats: dict[str, float | None]) -> str:
     return f"{_fmt(stats['p50'])} {_fmt(stats['p99'])}"
 
 
+def _wave_lines(report: dict[str, Any], wave: str, title: str) -> list[str]:
+    """One wave's table: per level, the TTFT and TPOT overheads and the queue (and the TTFT split)."""
+    split = report["shared_clock"]
+    queue = "queue" if wave == "first" else "slot->send"
+    lines = [
+        "",
+        f"{title}: ms, p50 p99; TTFT+ = measured TTFT - scripted, TPOT+ = measured TPOT - scripted ITL"
+        + ("; TTFT+ = send->srv + srv late + srv->client" if split else ""),
+        f"{'conc':>5} | {'TTFT+':>15} | {'TPOT+':>13} | {queue:>15}"
+        + (f" | {'send->srv':>15} | {'srv late':>11} | {'srv->client':>13}" if split else ""),
+    ]
+    for row in report["levels"]:
+        w = row[wave]
+        line = (
+            f"{row['concurrency']:>5} | {_pair(w['ttft_overhead_ms']):>15} | {_pair(w['tpot_overhead_ms']):>13} | "
+            f"{_pair(w['client_queue_ms']):>15}"
+        )
+        if split:
+            b = w["breakdown_ms"]
+            line += (
+                f" | {_pair(b['send_to_server_read']):>15} | {_pair(b['server_late']):>11} | "
+                f"{_pair(b['server_write_to_client_read']):>13}"
+            )
+        lines.append(line)
+    return lines
+
+
 def report_lines(report: dict[str, Any]) -> list[str]:
     s = report["scripted"]
     lines = [
@@ -291,29 +334,8 @@ def report_lines(report: dict[str, Any]) -> list[str]:
         )
     if all(row["server_connections"] >= row["requests"] for row in report["levels"]):
         lines.append("No connection was reused: the server accepted at least one connection per request.")
-    split = report["shared_clock"]
     for wave, title in WAVES.items():
-        queue = "queue" if wave == "first" else "slot->send"
-        lines += [
-            "",
-            f"{title}: ms, p50 p99; TTFT+ = measured TTFT - scripted, TPOT+ = measured TPOT - scripted ITL"
-            + ("; TTFT+ = send->srv + srv late + srv->client" if split else ""),
-            f"{'conc':>5} | {'TTFT+':>15} | {'TPOT+':>13} | {queue:>15}"
-            + (f" | {'send->srv':>15} | {'srv late':>11} | {'srv->client':>13}" if split else ""),
-        ]
-        for row in report["levels"]:
-            w = row[wave]
-            line = (
-                f"{row['concurrency']:>5} | {_pair(w['ttft_overhead_ms']):>15} | {_pair(w['tpot_overhead_ms']):>13} | "
-                f"{_pair(w['client_queue_ms']):>15}"
-            )
-            if split:
-                b = w["breakdown_ms"]
-                line += (
-                    f" | {_pair(b['send_to_server_read']):>15} | {_pair(b['server_late']):>11} | "
-                    f"{_pair(b['server_write_to_client_read']):>13}"
-                )
-            lines.append(line)
+        lines += _wave_lines(report, wave, title)
     for row in report["levels"]:
         for wave in WAVES:
             if row[wave]["failed"]:

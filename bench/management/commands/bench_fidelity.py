@@ -23,7 +23,6 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import httpx
 import psutil
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -222,7 +221,7 @@ async def compare(options: dict[str, Any]) -> dict[str, Any]:
     n = options["num_prompts"]
     rounds: list[dict[str, Any]] = []
     for number in range(options.get("rounds") or 1):
-        async with httpx.AsyncClient(base_url=base, timeout=60) as http:
+        async with vllm_client.connect(base, timeout=60) as http:
             seed = 1000 * (number + 1)
             theirs_prompts = await synthetic_prompts(n, options["input_len"], seed=seed + 101, model=model, client=http)
             our_prompts = await synthetic_prompts(n, options["input_len"], seed=seed + 202, model=model, client=http)

@@ -141,14 +141,15 @@ def job_start(cast: Cast) -> int:
     from django.contrib.auth.models import User
 
     from bench import services
+    from bench.kinds import load
 
     owner = User.objects.get(pk=cast.browsers[0].user_id)
-    return services.job_create(owner=owner, kind="load", config=dict(JOB_CONFIG)).pk
+    return services.job_create(owner=owner, kind=load.KIND.name, config=dict(JOB_CONFIG)).pk
 
 
 def job_wait(job_id: int, wait_s: float) -> dict[str, Any]:
+    from bench.jobrun import FINISHED
     from bench.models import BenchJob
-    from bench.services import FINISHED
 
     deadline = time.monotonic() + wait_s
     while True:

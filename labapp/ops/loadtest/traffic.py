@@ -28,6 +28,69 @@ def _question(questions: list[str], n: int, marker: str) -> str:
     return f"{questions[n % len(questions)]} ({marker})"
 
 
+class _Tab:
+    """One chat tab of the load test: what it asked, and whether a frame is one of its own."""
+
+    def __init__(self, number: int, username: str, result: RoundResult) -> None:
+        self.number, self.username, self.result = number, username, result
+        self.asks: dict[str, AskResult] = {}  # client id → ask, once sent
+        self.answers: dict[int, str] = {}  # answer id → client id
+
+    def belongs(self, frame: dict[str, Any]) -> bool:
+        kind = frame.get("type")
+        if kind == "overhead":
+            return frame.get("answer_id") in self.answers
+        ask = self.asks.get(str(frame.get("id")))
+        if ask is None:
+            return False
+        if kind == "started":
+            return ask.marker in str(frame.get("question")) and frame.get("answer_id") not in self.answers
+        if kind == "done":
+            answer = frame.get("answer") or {}
+            return self.answers.get(int(answer.get("answer_id") or 0)) == ask.client_id and ask.marker in str(
+                answer.get("question")
+            )
+        return True
+
+    async def receive(self, socket: Any) -> dict[str, Any]:
+        while True:
+            frame = json.loads(await socket.recv())
+            if self.belongs(frame):
+                return dict(frame)
+            self.result.misdelivered.append(f"socket {self.number} ({self.username}): {json.dumps(frame)[:200]}")
+
+    async def ask(self, socket: Any, ask: AskResult, question: str, plan: LoadPlan) -> None:
+        """Send one question, read its frames to the end, then report the client's timings as the page does."""
+        self.asks[ask.client_id] = ask
+        settings = {"top_k": plan.top_k, "max_tokens": plan.max_tokens}
+        sent = time.perf_counter()
+        await socket.send(json.dumps({"type": "ask", "id": ask.client_id, "question": question, "settings": settings}))
+        token_at: list[float] = []
+        while True:
+            frame = await self.receive(socket)
+            now = time.perf_counter()
+            if frame["type"] == "started":
+                ask.answer_id = int(frame["answer_id"])
+                self.answers[ask.answer_id] = ask.client_id
+            elif frame["type"] == "token":
+                token_at.append(now)
+            elif frame["type"] == "error":
+                ask.status, ask.error = "error", str(frame.get("error"))
+                break
+            elif frame["type"] == "done":
+                _finish(ask, frame["answer"], sent, token_at)
+                break
+        if ask.status != "done" or ask.answer_id is None:
+            return
+        # As the browser does: report what the client measured; the server saves it.
+        timing = {"type": "client_timing", "answer_id": ask.answer_id, "first_token_ms": ask.ttft_ms}
+        timing["done_ms"] = round((time.perf_counter() - sent) * 1000, 1)
+        await socket.send(json.dumps(timing))
+        while (frame := await self.receive(socket))["type"] != "overhead":
+            pass
+        ask.overhead_saved_ms = frame.get("websocket_overhead_ms")
+
+
 async def _socket(
     web: str, cast: Cast, number: int, round_no: int, plan: LoadPlan, questions: list[str], result: RoundResult
 ) -> None:
@@ -38,67 +101,11 @@ async def _socket(
     ids = [f"s{number}r{round_no}a{n}" for n in range(plan.asks)]
     mine = [AskResult(number, client_id, f"{cast.marker}-{client_id}") for client_id in ids]
     result.asks.extend(mine)  # counted even if the socket never opens
-    asks: dict[str, AskResult] = {}  # client id → ask, once sent
-    answers: dict[int, str] = {}  # answer id → client id
-
-    def belongs(frame: dict[str, Any]) -> bool:
-        kind = frame.get("type")
-        if kind == "overhead":
-            return frame.get("answer_id") in answers
-        ask = asks.get(str(frame.get("id")))
-        if ask is None:
-            return False
-        if kind == "started":
-            return ask.marker in str(frame.get("question")) and frame.get("answer_id") not in answers
-        if kind == "done":
-            answer = frame.get("answer") or {}
-            return answers.get(int(answer.get("answer_id") or 0)) == ask.client_id and ask.marker in str(
-                answer.get("question")
-            )
-        return True
-
-    async def receive(socket: Any) -> dict[str, Any]:
-        while True:
-            frame = json.loads(await socket.recv())
-            if belongs(frame):
-                return dict(frame)
-            result.misdelivered.append(f"socket {number} ({chatter.username}): {json.dumps(frame)[:200]}")
-
+    tab = _Tab(number, chatter.username, result)
     try:
         async with await _open(url, origin, chatter.cookie, number, result) as socket:
             for n, ask in enumerate(mine):
-                client_id = ask.client_id
-                asks[client_id] = ask
-                question = _question(questions, number + n + round_no, ask.marker)
-                settings = {"top_k": plan.top_k, "max_tokens": plan.max_tokens}
-                sent = time.perf_counter()
-                await socket.send(
-                    json.dumps({"type": "ask", "id": client_id, "question": question, "settings": settings})
-                )
-                token_at: list[float] = []
-                while True:
-                    frame = await receive(socket)
-                    now = time.perf_counter()
-                    if frame["type"] == "started":
-                        ask.answer_id = int(frame["answer_id"])
-                        answers[ask.answer_id] = client_id
-                    elif frame["type"] == "token":
-                        token_at.append(now)
-                    elif frame["type"] == "error":
-                        ask.status, ask.error = "error", str(frame.get("error"))
-                        break
-                    elif frame["type"] == "done":
-                        _finish(ask, frame["answer"], sent, token_at)
-                        break
-                if ask.status != "done" or ask.answer_id is None:
-                    continue
-                # As the browser does: report what the client measured; the server saves it.
-                timing = {"type": "client_timing", "answer_id": ask.answer_id, "first_token_ms": ask.ttft_ms}
-                timing["done_ms"] = round((time.perf_counter() - sent) * 1000, 1)
-                await socket.send(json.dumps(timing))
-                while (frame := await receive(socket))["type"] != "overhead":
-                    pass
-                ask.overhead_saved_ms = frame.get("websocket_overhead_ms")
+                await tab.ask(socket, ask, _question(questions, number + n + round_no, ask.marker), plan)
     except asyncio.CancelledError:
         for ask in mine:
             if ask.status == "unanswered":

@@ -15,20 +15,32 @@
   document.body.addEventListener("htmx:afterSwap", draw);
   draw();
 })();
-// The job form shows only the settings of the chosen kind (every field keeps its value).
+// The job form shows only the settings of the chosen kind, each with that kind's default
+// (data-defaults: a placeholder, or a choice's selected option until it is changed by hand);
+// every field keeps what was typed in it.
 (function () {
   "use strict";
   const form = document.getElementById("job-form");
   if (!form) return;
   const kind = form.querySelector("select[name=kind]");
-  function show() {
+  function show(switched) {
     form.querySelectorAll("[data-kinds]").forEach((input) => {
       const row = input.closest(".field");
       if (row) row.hidden = !input.dataset.kinds.split(" ").includes(kind.value);
+      const defaults = JSON.parse(input.dataset.defaults || "{}");
+      if (!(kind.value in defaults)) return;
+      if (input.tagName === "SELECT") {
+        if (switched && !input.dataset.touched) input.value = defaults[kind.value];
+      } else if (input.type !== "file") {
+        input.placeholder = defaults[kind.value];
+      }
     });
   }
-  kind.addEventListener("change", show);
-  show();
+  form.querySelectorAll("select[data-defaults]").forEach((select) => {
+    select.addEventListener("change", () => { select.dataset.touched = "true"; });
+  });
+  kind.addEventListener("change", () => show(true));
+  show(false);
 })();
 // Progress pushed over a websocket moves the bar at once; the panel also polls the job row
 // every few seconds, so the page stays right when the push (Redis) is down. A dropped socket

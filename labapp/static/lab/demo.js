@@ -10,7 +10,7 @@
     if (!response.ok) return;
     const m = await response.json();
     progress.dataset.status = m.status;
-    progress.querySelector(".state").textContent = m.status + (m.error ? `: ${m.error}` : "");
+    progress.querySelector(".state").textContent = (m.status_label || m.status) + (m.error ? `: ${m.error}` : "");
     progress.querySelector(".count").textContent = `${m.done}/${m.total}`;
     progress.querySelector(".cell").textContent = m.cell || "";
     if (m.figure && m.cells !== drawnCells && window.Plotly) {

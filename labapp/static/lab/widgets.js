@@ -15,7 +15,7 @@
     return Number(x.toFixed(2));
   }
 
-  // bench.estimator.gen_seconds: (prefill seconds, decode seconds).
+  // rag.estimator.gen_seconds: (prefill seconds, decode seconds).
   function genSeconds(promptTokens, outputTokens, prefillSpeed, decodeSpeed) {
     if (!(prefillSpeed > 0) || !(decodeSpeed > 0)) throw new RangeError("speeds must be positive");
     return [round2(promptTokens / prefillSpeed), round2(outputTokens / decodeSpeed)];

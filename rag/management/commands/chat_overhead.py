@@ -134,7 +134,7 @@ async def measure(options: dict[str, Any]) -> dict[str, Any]:
     prompt_tokens = 0
     async with (
         websockets.connect(url, origin=Origin(web), additional_headers={"Cookie": cookie}, open_timeout=10) as socket,
-        httpx.AsyncClient(base_url=vllm_client.base_url(), timeout=300) as http,
+        vllm_client.connect(vllm_client.base_url(), timeout=300) as http,
     ):
         # One warm-up of each path: loads the embedding model and caches the shared prefix.
         _, warm = await _chat(socket, "warm", f"{QUESTION} ({uuid.uuid4().hex[:8]})", options, http)
@@ -142,26 +142,13 @@ async def measure(options: dict[str, Any]) -> dict[str, Any]:
         for run in range(options["runs"]):
             nonce, other = uuid.uuid4().hex[:8], uuid.uuid4().hex[:8]
             question = f"{QUESTION} ({nonce})"
-
-            async def direct(prompt: str) -> float:
-                await _quiet(options, http)
-                record = await vllm_client.stream_completion(
-                    prompt,
-                    max_tokens=options["max_tokens"],
-                    model=model,
-                    stop=["\n질문:", "\n[자료"],
-                    client=http,
-                )
-                if record.ttft is None:
-                    raise CommandError(f"the direct request failed: {record.error}")
-                return record.ttft * 1000
-
             if run % 2 == 0:
                 chat_ttft, answer = await _chat(socket, f"r{run}", question, options, http)
-                direct_ttft = await direct(answer["prompt"].replace(nonce, other))
+                direct_ttft = await _direct(answer["prompt"].replace(nonce, other), options, http, model=model)
             else:
                 # Direct first needs the prompt the chat will build: take the warm-up's, with this nonce.
-                direct_ttft = await direct(warm["prompt"].replace(warm["question"], f"{QUESTION} ({other})"))
+                prompt = warm["prompt"].replace(warm["question"], f"{QUESTION} ({other})")
+                direct_ttft = await _direct(prompt, options, http, model=model)
                 chat_ttft, answer = await _chat(socket, f"r{run}", question, options, http)
             t = answer["timings"]
             prompt_tokens = t["tokens"]["prompt"]
@@ -175,7 +162,27 @@ async def measure(options: dict[str, Any]) -> dict[str, Any]:
                     "socket": chat_ttft - t["server_first_token_ms"],
                 }
             )
+    return _summary(rows, options, model=model, prompt_tokens=prompt_tokens)
 
+
+async def _direct(prompt: str, options: dict[str, Any], http: httpx.AsyncClient, *, model: str) -> float:
+    """TTFT in ms of ``prompt`` sent straight to vLLM, after the same quiet as a chat question."""
+    await _quiet(options, http)
+    record = await vllm_client.stream_completion(
+        prompt,
+        max_tokens=options["max_tokens"],
+        model=model,
+        stop=["\n질문:", "\n[자료"],
+        client=http,
+    )
+    if record.ttft is None:
+        raise CommandError(f"the direct request failed: {record.error}")
+    return record.ttft * 1000
+
+
+def _summary(
+    rows: list[dict[str, float]], options: dict[str, Any], *, model: str, prompt_tokens: int
+) -> dict[str, Any]:
     def median(key: str) -> float:
         return round(statistics.median(r[key] for r in rows), 1)
 

@@ -1,0 +1,73 @@
+"""Resolvers of benchmark jobs and engines: the object, or 404.
+
+Used by the job pages, the job progress websocket, the demo page and the class pages
+alike. A job belongs to its owner: only they watch, cancel, export or compare it.
+Someone who may read the owner's work (``labapp.access.may_view_learner``: an admin,
+or an instructor of a class the owner learns in) may look at it read-only
+(``job_for_viewer``, from the class pages).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import QuerySet
+from django.http import Http404
+
+from bench.models import BenchJob, Engine
+from labapp.access import AnyUser, may_register_engine, may_view_learner
+
+
+def owns(user: AnyUser, job: BenchJob) -> bool:
+    return bool(user.is_authenticated and job.owner_id == user.pk)
+
+
+def jobs_of(user: AnyUser) -> QuerySet[BenchJob]:
+    """The user's own jobs (none for an anonymous visitor)."""
+    if not user.is_authenticated:
+        return BenchJob.objects.none()
+    return BenchJob.objects.filter(owner_id=user.pk)
+
+
+def owned_job(user: AnyUser, job_id: int, *, kind: str | None = None) -> BenchJob | None:
+    """The user's job (of this kind, when given), or None: for a page that shows nothing instead."""
+    jobs = jobs_of(user).filter(pk=job_id)
+    return (jobs.filter(kind=kind) if kind is not None else jobs).first()
+
+
+def job_for(user: AnyUser, job_id: int, *, kind: str | None = None) -> BenchJob:
+    """The user's own job, or 404 (another user's job does not exist for them)."""
+    job = owned_job(user, job_id, kind=kind)
+    if job is None:
+        raise Http404("job not found")
+    return job
+
+
+def jobs_for(user: AnyUser, job_ids: Iterable[int]) -> list[BenchJob]:
+    """All of these jobs, by id, when every one is the user's; else 404 (a comparison page)."""
+    wanted = set(job_ids)
+    found = list(jobs_of(user).filter(pk__in=wanted).order_by("pk"))
+    if len(found) != len(wanted):
+        raise Http404("job not found")
+    return found
+
+
+def job_for_viewer(user: AnyUser, job_id: int, *, owner: AbstractBaseUser | None = None) -> BenchJob:
+    """A job for reading: its owner, an admin, or an instructor of the owner; else 404.
+
+    ``owner`` narrows it to that person's jobs (a learner reached through a class page).
+    """
+    jobs = BenchJob.objects.filter(pk=job_id).select_related("owner")
+    job = (jobs.filter(owner_id=owner.pk) if owner is not None else jobs).first()
+    if job is None or not may_view_learner(user, job.owner):
+        raise Http404("job not found")
+    return job
+
+
+def engine_for(user: AnyUser, engine_id: int) -> Engine:
+    """A registered engine, for someone who may register and remove engines; else 404."""
+    engine = Engine.objects.filter(pk=engine_id).first() if may_register_engine(user) else None
+    if engine is None:
+        raise Http404("engine not found")
+    return engine

@@ -1,0 +1,64 @@
+"""What every kind stores of a cell (a group of requests measured alike): pure functions over records."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from rag.vllm.records import RequestRecord
+
+
+def median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def share(flags: list[bool]) -> float | None:
+    return sum(flags) / len(flags) if flags else None
+
+
+def request_row(record: RequestRecord) -> dict[str, Any]:
+    """A request as a job stores it: every METRICS.md field, the gaps (ITL) but not each chunk's clock."""
+    return record.as_dict() | {"text_chunk_at": None}
+
+
+def cell_summary(records: list[RequestRecord], **fields: Any) -> dict[str, Any]:
+    """One cell: ``fields`` (what the cell is, e.g. its shape), the medians over its successful
+    requests (times in ms, speeds in tokens/s per METRICS.md; None when none succeeded),
+    its errors and its requests (CSV-ready rows)."""
+    ok = [r for r in records if r.success]
+
+    def med(values: list[float | None], scale: float = 1.0) -> float | None:
+        return median([v * scale for v in values if v is not None])
+
+    return fields | {
+        "completed": len(ok),
+        "failed": len(records) - len(ok),
+        "errors": [r.error for r in records if r.error],
+        "median_ttft_ms": med([r.ttft for r in ok], 1000),
+        "median_tpot_ms": med([r.tpot for r in ok], 1000),
+        "median_e2el_ms": med([r.e2el for r in ok], 1000),
+        "median_decode_ms": med([r.decode_time for r in ok], 1000),
+        "median_server_queue_ms": med([r.queue_time_server for r in ok], 1000),
+        "median_server_prefill_ms": med([r.prefill_time_server or None for r in ok], 1000),
+        "median_prompt_tokens": med([float(r.prompt_tokens or 0) for r in ok]),
+        "median_output_tokens": med([float(r.output_tokens or 0) for r in ok]),
+        "median_cached_tokens": med([float(r.cached_tokens or 0) for r in ok]),
+        "prefill_speed": med([r.prefill_speed or None for r in ok]),
+        "decode_speed": med([r.decode_speed or None for r in ok]),
+        "requests": [request_row(r) for r in records],
+    }
+
+
+def line_fit(xs: list[float], ys: list[float]) -> dict[str, float] | None:
+    """Least-squares line y = slope·x + intercept and its r²; None with fewer than two x values."""
+    if len(xs) < 2 or len(set(xs)) < 2:
+        return None
+    n = len(xs)
+    mean_x, mean_y = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mean_x) ** 2 for x in xs)
+    sxy = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True))
+    slope = sxy / sxx
+    intercept = mean_y - slope * mean_x
+    total = sum((y - mean_y) ** 2 for y in ys)
+    residual = sum((y - (slope * x + intercept)) ** 2 for x, y in zip(xs, ys, strict=True))
+    return {"slope": slope, "intercept": intercept, "r2": 1.0 - residual / total if total else 1.0}

@@ -1,0 +1,341 @@
+"""Lab 3, serving under load: levels of concurrency or of request rate, throughput and goodput under an SLO.
+
+Each level sends fresh prompts (no level profits from another's cached prefixes)
+of the chosen workload: synthetic token-exact prompts, shared prefixes, real RAG
+prompts, or a custom JSONL file. A cancel takes effect between levels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+
+from bench import charts, configs, runner
+from bench.kinds import rag_work, registry
+from bench.kinds.cells import request_row
+from bench.kinds.checks import Check, all_ok, done_cells
+from bench.kinds.registry import Field, Runs
+from bench.kinds.session import CLIENT_TIMEOUT_S, keeps_partial, warm_up
+from bench.metrics import SLO, summarize
+from bench.reporting import Reporter
+from bench.workloads import nonce_line, shared_prefix_prompts, synthetic_prompts
+from rag.vllm import client as vllm_client
+from rag.vllm import server_metrics
+
+MODES = (("concurrency", gettext_lazy("동시성")), ("rate", gettext_lazy("요청률 (감마 간격)")))
+WORKLOADS = (
+    ("synthetic", gettext_lazy("합성 프롬프트")),
+    ("shared_prefix", gettext_lazy("공유 프리픽스")),
+    ("rag", gettext_lazy("실제 RAG 프롬프트")),
+    ("custom", gettext_lazy("사용자 작업량 (JSONL)")),
+)
+
+
+@dataclass(frozen=True)
+class LoadConfig:
+    repeats: int = 1  # requests per level = repeats × 8 (custom: every prompt of the file, once)
+    mode: str = "concurrency"  # or "rate": requests per second with gamma gaps
+    concurrencies: tuple[int, ...] = (1, 2, 4, 8)
+    rates: tuple[float, ...] = (0.5, 1.0, 2.0, 4.0)
+    burstiness: float = 1.0
+    input_tokens: int = 256
+    output_tokens: int = 32
+    slo_ttft_ms: float = 3000.0
+    slo_tpot_ms: float = 200.0
+    seed: int = 0
+    meets_share: float = 0.9  # a level "meets the SLO" when this share of its requests do
+    workload: str = "synthetic"
+    prefixes: int = 2  # shared_prefix: this many openings of prefix_tokens, input_tokens of unique tail each
+    prefix_tokens: int = 512
+    top_k: int = 3  # rag: the evaluation questions with this retrieval setting
+    chunk_size: int = 500
+    custom: tuple[configs.CustomPrompt, ...] = ()
+
+    @property
+    def levels(self) -> tuple[float, ...]:
+        return tuple(self.concurrencies) if self.mode == "concurrency" else tuple(self.rates)
+
+    @property
+    def per_level(self) -> int:
+        return len(self.custom) if self.workload == "custom" else 8 * self.repeats
+
+    @property
+    def total_requests(self) -> int:
+        return self.per_level * len(self.levels)
+
+    def longest_requests(self) -> list[tuple[str, int]]:
+        if self.workload == "synthetic":
+            return [("output_tokens", self.input_tokens + self.output_tokens)]
+        if self.workload == "shared_prefix":
+            return [("prefix_tokens", self.prefix_tokens + self.input_tokens + self.output_tokens + 16)]
+        return [("output_tokens", self.output_tokens + 1)]
+
+    def level_label(self, level: float) -> str:
+        if self.mode == "concurrency":
+            return _("동시성 %(level)s") % {"level": f"{level:g}"}
+        return _("요청률 %(level)s req/s") % {"level": f"{level:g}"}
+
+    def shape(self, level: float, number: int) -> runner.LoadShape:
+        if self.mode == "concurrency":
+            return runner.LoadShape(concurrency=int(level))
+        return runner.LoadShape(request_rate=level, burstiness=self.burstiness, seed=self.seed * 100 + number)
+
+
+FIELDS = (
+    Field("repeats", gettext_lazy("반복 횟수"), "integer", low=1, high=20),  # 8 × repeats requests per level
+    Field("mode", gettext_lazy("부하 방식"), "choice", choices=MODES),
+    Field("concurrencies", gettext_lazy("동시성 단계들"), "integers", low=1, high=512),
+    Field("rates", gettext_lazy("요청률 단계들 (req/s)"), "reals", low=0.01, high=1000),
+    Field("burstiness", gettext_lazy("버스트 정도 (1 = 포아송)"), "real", low=0.05, high=100),
+    Field("workload", gettext_lazy("작업량"), "choice", choices=WORKLOADS),
+    Field("input_tokens", gettext_lazy("입력 토큰"), "integer", low=1, high=1 << 20),
+    Field("output_tokens", gettext_lazy("출력 토큰"), "integer", low=1, high=1 << 16),
+    Field("prefixes", gettext_lazy("공유 프리픽스 개수"), "integer", low=1, high=64),
+    Field("prefix_tokens", gettext_lazy("프리픽스 길이 (토큰)"), "integer", low=16, high=1 << 20),
+    Field("slo_ttft_ms", gettext_lazy("SLO: TTFT 상한 (ms)"), "real", low=1, high=3_600_000),
+    Field("slo_tpot_ms", gettext_lazy("SLO: TPOT 상한 (ms)"), "real", low=0.1, high=600_000),
+    Field("top_k", gettext_lazy("top-k"), "integer", low=0, high=10),
+    rag_work.chunk_size_field(),
+    Field(
+        "custom_file",
+        gettext_lazy('사용자 작업량 (JSONL, 한 줄에 {"prompt": …})'),
+        "jsonl",
+        stores="custom",
+        help_text=gettext_lazy('작업량이 "사용자 작업량"일 때 보낼 프롬프트'),
+    ),
+)
+
+
+def parse(raw: dict[str, Any]) -> LoadConfig:
+    values = registry.read_fields(LoadConfig, FIELDS, raw)
+    if values["workload"] != "custom":
+        values["custom"] = ()  # a file sent along with another workload is not part of the job
+    elif not values["custom"]:
+        raise configs.ConfigError("custom_file", _("사용자 작업량에는 JSONL 파일이 필요합니다"))
+    return LoadConfig(**values)
+
+
+def check_length(config: LoadConfig, max_model_len: int) -> None:
+    registry.length_check(config, max_model_len)
+    for number, item in enumerate(config.custom, start=1):
+        if (item.max_tokens or config.output_tokens) >= max_model_len:
+            raise configs.ConfigError(
+                "custom_file",
+                _("%(line)d번째 프롬프트: max_tokens가 엔진의 최대 길이 %(limit)d 토큰 이상입니다")
+                % {"line": number, "limit": max_model_len},
+            )
+
+
+async def level_specs(
+    config: LoadConfig, number: int, *, model: str, http: httpx.AsyncClient
+) -> list[runner.RequestSpec]:
+    """One level's requests, fresh for each level so no level reuses another's cached prompts."""
+    seed = config.seed * 100 + number
+    out = config.output_tokens
+    if config.workload == "shared_prefix":
+        per_prefix = -(-config.per_level // config.prefixes)
+        pairs = await shared_prefix_prompts(
+            config.prefixes,
+            per_prefix,
+            prefix_tokens=config.prefix_tokens,
+            suffix_tokens=config.input_tokens,
+            seed=seed,
+            model=model,
+            client=http,
+        )
+        # The level number goes first so that each level starts cold; prefixes repeat within it.
+        return [runner.RequestSpec(prompt=nonce_line(seed) + p, max_tokens=out) for _, p in pairs[: config.per_level]]
+    if config.workload == "rag":
+        questions = await rag_work.questions(config.per_level, seed=config.seed)
+        rag = await rag_work.prompts(questions, top_k=config.top_k, chunk_size=config.chunk_size)
+        texts = [rag[i % len(rag)].text for i in range(config.per_level)]
+        return [runner.RequestSpec(prompt=nonce_line(seed, i) + t, max_tokens=out) for i, t in enumerate(texts)]
+    if config.workload == "custom":
+        return [
+            runner.RequestSpec(prompt=nonce_line(seed, i) + c.prompt, max_tokens=c.max_tokens or out)
+            for i, c in enumerate(config.custom)
+        ]
+    prompts = await synthetic_prompts(config.per_level, config.input_tokens, seed=seed, model=model, client=http)
+    return [runner.RequestSpec(prompt=p, max_tokens=out) for p in prompts]
+
+
+LEVEL_KEYS = (
+    "completed",
+    "failed",
+    "duration",
+    "request_throughput",
+    "request_goodput",
+    "output_throughput",
+    "median_ttft_ms",
+    "p99_ttft_ms",
+    "median_tpot_ms",
+    "p99_tpot_ms",
+    "median_e2el_ms",
+    "max_concurrent_requests",
+    "mean_client_queue_ms",
+    "p99_client_queue_ms",
+)
+
+
+def level_cell(config: LoadConfig, level: float, run: runner.RunResult, server: dict[str, Any]) -> dict[str, Any]:
+    """One level's aggregates (METRICS.md, "Per run") with its requests and whether it meets the SLO."""
+    slo = SLO(ttft_ms=config.slo_ttft_ms, tpot_ms=config.slo_tpot_ms)
+    summary = summarize(run.records, duration=run.duration, slo=slo, max_concurrent_requests=run.max_concurrent)
+    cell = {key: summary[key] for key in LEVEL_KEYS} | {
+        "level": level,
+        "load_mode": config.mode,
+        "workload": config.workload,
+        "input_tokens": config.input_tokens,
+        "output_tokens": config.output_tokens,
+        "errors": [r.error for r in run.records if r.error],
+        "server": server,
+        "run_started": run.started,
+        "requests": [request_row(r) for r in run.records],
+    }
+    cell |= {"concurrency": int(level)} if config.mode == "concurrency" else {"request_rate": level}
+    cell["meets_slo"] = bool(
+        summary["request_throughput"]
+        and summary["request_goodput"] >= config.meets_share * summary["request_throughput"]
+    )
+    return cell
+
+
+def summary(cells: list[dict[str, Any]], config: LoadConfig) -> dict[str, Any]:
+    meeting = [c["level"] for c in cells if c.get("meets_slo")]
+    return {
+        "slo": {"ttft_ms": config.slo_ttft_ms, "tpot_ms": config.slo_tpot_ms, "share": config.meets_share},
+        "load_mode": config.mode,
+        "best_level": max(meeting) if meeting else None,
+        "best_concurrency": max(meeting) if meeting and config.mode == "concurrency" else None,
+        "peak_output_throughput": max((c["output_throughput"] for c in cells), default=None),
+    }
+
+
+async def measure(config: LoadConfig, *, base_url: str, model: str, reporter: Reporter) -> tuple[dict[str, Any], bool]:
+    """Each load level in turn with fresh prompts; a cancel takes effect between levels."""
+    cells: list[dict[str, Any]] = []
+    cancelled = False
+    done = 0
+    with keeps_partial(lambda: {"cells": cells, "cancelled": False} | summary(cells, config)):
+        async with vllm_client.connect(base_url, timeout=CLIENT_TIMEOUT_S) as http:
+            await warm_up(base_url=base_url, model=model, seed=config.seed)
+            for number, level in enumerate(config.levels):
+                label = config.level_label(level)
+                if not await reporter.progress(done, config.total_requests, label):
+                    cancelled = True
+                    break
+                specs = await level_specs(config, number, model=model, http=http)
+
+                async def on_done(finished: int, total: int, record: Any, base: int = done, label: str = label) -> None:
+                    await reporter.progress(base + finished, config.total_requests, label)
+
+                async with server_metrics.watched(http) as server:
+                    shape = config.shape(level, number)
+                    run = await runner.run(specs, base_url=base_url, model=model, shape=shape, on_done=on_done)
+                done += len(specs)
+                cells.append(level_cell(config, level, run, server))
+                await reporter.partial({"cells": cells, "partial": True})
+    return {"cells": cells, "cancelled": cancelled} | summary(cells, config), cancelled
+
+
+# --- the chart, the command, the page ------------------------------------------------------
+
+
+def chart(runs: Runs) -> dict[str, Any]:
+    """Throughput and goodput per level; TTFT p50/p99 and TPOT p50 with the SLO lines."""
+    import plotly.graph_objects as go
+
+    fig = charts.figure((_("처리량과 goodput"), _("TTFT와 TPOT")))
+    axis = _("동시성")
+    for run, results in runs:
+        shown = charts.cells(results)
+        if shown and shown[0].get("load_mode") == "rate":
+            axis = _("요청률 (req/s)")
+        levels: list[float] = [c.get("level", c.get("concurrency")) or 0 for c in shown]
+        for key, series in (("request_throughput", "req/s"), ("request_goodput", "goodput req/s")):
+            name = charts.series_name(run, series, runs)
+            fig.add_trace(go.Scatter(x=levels, y=[c[key] for c in shown], name=name), 1, 1)
+        for key, series in (
+            ("median_ttft_ms", "TTFT p50"),
+            ("p99_ttft_ms", "TTFT p99"),
+            ("median_tpot_ms", "TPOT p50"),
+        ):
+            name = charts.series_name(run, f"{series} (ms)", runs)
+            fig.add_trace(go.Scatter(x=levels, y=[c[key] for c in shown], name=name), 1, 2)
+        slo = results.get("slo") or {}
+        for key, label in (("ttft_ms", "SLO TTFT"), ("tpot_ms", "SLO TPOT")):
+            if slo.get(key) and levels:
+                name = charts.series_name(run, f"{label} {slo[key]:g} ms", runs)
+                line = go.Scatter(x=[min(levels), max(levels)], y=[slo[key]] * 2, mode="lines", name=name)
+                fig.add_trace(line.update(line={"dash": "dash"}), 1, 2)
+    fig.update_xaxes(title_text=axis, type="log")
+    fig.update_yaxes(title_text="ms", type="log", row=1, col=2)
+    return charts.done(fig)
+
+
+def cell_name(cell: dict[str, Any]) -> str:
+    name = "{}/{}".format(cell.get("input_tokens"), cell.get("output_tokens"))
+    if "concurrency" in cell:
+        name += f" @{cell['concurrency']}"
+    if "request_rate" in cell:
+        name += f" @{cell['request_rate']:g} req/s"
+    return name
+
+
+def _ms(value: float | None, digits: int = 0) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def cell_line(cell: dict[str, Any]) -> str:
+    return (
+        f"{cell_name(cell):<24} {cell['request_throughput']:.2f} req/s, {cell['output_throughput']:.1f} tok/s, "
+        f"goodput {cell['request_goodput']:.2f} req/s, TTFT p50/p99 {_ms(cell['median_ttft_ms'])}/"
+        f"{_ms(cell['p99_ttft_ms'])} ms, TPOT p50 {_ms(cell['median_tpot_ms'], 1)} ms"
+    )
+
+
+def report_lines(results: dict[str, Any]) -> list[str]:
+    return [f"highest load meeting the SLO {results.get('slo')}: {results.get('best_level')}"]
+
+
+def checks(r: dict[str, Any]) -> list[Check]:
+    measured = done_cells(r)
+    first, last = (measured[0], measured[-1]) if measured else ({}, {})
+    return [
+        all_ok(r),
+        Check(
+            _("부하를 올리면 처리량이 오름"),
+            len(measured) > 1 and last.get("request_throughput", 0) > first.get("request_throughput", 0),
+            f"{first.get('request_throughput', 0):.2f} → {last.get('request_throughput', 0):.2f} req/s",
+        ),
+        Check(
+            _("부하를 올리면 TPOT가 늘어남"),
+            len(measured) > 1 and (last.get("median_tpot_ms") or 0) > (first.get("median_tpot_ms") or 0),
+            f"{first.get('median_tpot_ms') or 0:.1f} → {last.get('median_tpot_ms') or 0:.1f} ms",
+        ),
+        Check(_("SLO를 지키는 가장 높은 부하를 찾음"), r.get("best_level") is not None, str(r.get("best_level"))),
+    ]
+
+
+KIND = registry.register(
+    registry.JobKind(
+        name="load",
+        label=gettext_lazy("부하 스윕 (실습 3)"),
+        config_type=LoadConfig,
+        fields=FIELDS,
+        measure=measure,
+        parse=parse,
+        check_length=check_length,
+        chart=chart,
+        summary_template="bench/kinds/load.html",
+        cell_name=cell_name,
+        cell_line=cell_line,
+        report_lines=report_lines,
+        sequential=False,
+        lab=registry.LabChecks(3, checks, (("best level", "best_level"), ("peak tok/s", "peak_output_throughput"))),
+    )
+)

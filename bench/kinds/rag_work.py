@@ -1,0 +1,47 @@
+"""Real RAG prompts for the kinds that measure them (Labs 4-6, and the load sweep's "rag" workload).
+
+The chat's own retrieval and template, over the Korean evaluation questions. Retrieval
+embeds, searches and reads the database, so it runs in a worker thread.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.utils.translation import gettext_lazy as _
+
+from bench.kinds.registry import Field
+from bench.workloads import RagPrompt, answer_coverage, rag_prompts, rag_questions
+from rag.chunking import CHUNK_SIZES
+from rag.vllm.records import RequestRecord
+
+
+def chunk_size_field() -> Field:
+    """The one chunk size of a kind's prompts: one of the indexed sizes."""
+    return Field("chunk_size", _("청크 크기 (자)"), "choice", choices=tuple((size, str(size)) for size in CHUNK_SIZES))
+
+
+async def questions(count: int, *, seed: int) -> list[Any]:
+    return list(await sync_to_async(rag_questions)(count, seed=seed))
+
+
+async def prompts(chosen: list[Any], **settings: Any) -> list[RagPrompt]:
+    """``rag_prompts`` of the questions at ``settings`` (top_k, chunk_size, brief)."""
+    return list(await sync_to_async(rag_prompts, thread_sensitive=False)(chosen, **settings))
+
+
+def answer(prompt: RagPrompt, record: RequestRecord) -> dict[str, Any]:
+    """What the job page shows of an answer: the question, the answer and how much of the evidence it holds."""
+    return {
+        "question": prompt.question,
+        "answer": record.generated_text.strip(),
+        "coverage": answer_coverage(record.generated_text, prompt.evidence),
+        "output_tokens": record.output_tokens,
+        "finish_reason": record.finish_reason,
+    }
+
+
+def rag_longest(top_k: int, chunk_size: int, max_tokens: int) -> int:
+    """Tokens of a RAG request: Korean text is at most about one token per character, plus the template."""
+    return top_k * chunk_size + 200 + max_tokens

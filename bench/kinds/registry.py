@@ -1,0 +1,245 @@
+"""The registry of job kinds, as vLLM's benchmarks map a backend name to its request function.
+
+A kind is one module that declares a ``JobKind`` and passes it to ``register``: its
+typed config (a frozen dataclass whose defaults are the only copy of them), the form
+fields read onto it, how it measures, its chart, its lines in the terminal command,
+its summary on the job page, its lab's checks and key numbers and its class chart.
+The form, the command, the worker, the pages, the exports and the lab catalog ask
+this registry and never branch on a kind's name.
+
+Nothing here imports a kind: ``bench.kinds`` imports the built-in ones (each
+registers itself), so ``import bench.kinds.registry`` loads them all as well.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from django.utils.functional import Promise
+from django.utils.translation import gettext as _
+
+from bench import configs
+from bench.kinds.checks import Check, key_numbers
+
+Text = str | Promise  # a label: usually gettext_lazy, read when shown in the user's language
+Runs = list[tuple[str, dict[str, Any]]]  # (job name, its results), one entry per job drawn
+Widget = Literal["integer", "real", "integers", "reals", "choice", "jsonl"]
+SEED_MOST = 1 << 31
+
+
+class KindConfig(Protocol):
+    """What every kind's config dataclass has (besides its own settings, all with defaults)."""
+
+    @property
+    def seed(self) -> int: ...
+
+    @property
+    def total_requests(self) -> int: ...
+
+    def longest_requests(self) -> list[tuple[str, int]]:
+        """(field to blame, prompt + output tokens) of the longest requests known before it runs."""
+        ...
+
+
+Measure = Callable[..., Awaitable[tuple[dict[str, Any], bool]]]  # (config, *, base_url, model, reporter)
+
+
+@dataclass(frozen=True)
+class Field:
+    """A setting on the job form and in ``--set KEY=VALUE``; its default is the config dataclass's.
+
+    ``low``/``high`` bound numbers (and each number of a list); ``choices`` are the
+    (value, label) pairs of a "choice"; a "jsonl" field is an uploaded custom workload
+    stored under ``stores`` as the parsed prompts.
+    """
+
+    name: str
+    label: Text
+    widget: Widget
+    low: float = 0
+    high: float = 1 << 20
+    choices: tuple[tuple[Any, Text], ...] = ()
+    help_text: Text = ""
+    most: int = 12
+    stores: str = ""
+
+    @property
+    def attribute(self) -> str:
+        """The config's attribute the field sets."""
+        return self.stores if self.widget == "jsonl" else self.name
+
+    def read(self, raw: dict[str, Any], default: Any) -> Any:
+        """The value in ``raw`` (form text or a saved JSON value), else ``default``; ConfigError names the field."""
+        name, low, high = self.name, self.low, self.high
+        if self.widget == "integer":
+            return configs.integer(raw, name, default, int(low), int(high))
+        if self.widget == "real":
+            return configs.real(raw, name, default, low, high)
+        if self.widget == "integers":
+            return configs.integers(raw, name, default, int(low), int(high), most=self.most)
+        if self.widget == "reals":
+            return configs.reals(raw, name, default, low, high, most=self.most)
+        if self.widget == "jsonl":
+            return configs.custom_from_raw(raw, self.stores) if raw.get(self.stores) else default
+        values = {str(value): value for value, _label in self.choices}
+        given = raw.get(name)
+        if isinstance(given, int) and not isinstance(given, bool):  # a saved config may hold the number itself
+            raw = raw | {name: str(given)}
+        return values[configs.choice(raw, name, str(default), values)]
+
+    def shown(self, default: Any) -> str:
+        """How the form shows ``default``: text that ``read`` turns back into the same value."""
+        if self.widget in ("integers", "reals"):
+            return ", ".join(_number(value) for value in default)
+        if self.widget == "jsonl":
+            return ""
+        return _number(default) if self.widget in ("integer", "real") else str(default)
+
+
+def _number(value: float) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+@dataclass(frozen=True)
+class LabChecks:
+    """The lab a kind serves: its number, its auto-checks and its key numbers (label, dotted path)."""
+
+    number: int
+    checks: Callable[[dict[str, Any]], list[Check]]
+    keys: tuple[tuple[str, str], ...] = ()
+
+    def key_numbers(self, results: dict[str, Any]) -> dict[str, Any]:
+        return key_numbers(results, self.keys)
+
+
+@dataclass(frozen=True)
+class ClassChart:
+    """A class-wide chart over each learner's latest finished job of the kind.
+
+    ``points`` takes [(username, engine URL, results)] and gives JSON-ready data
+    (``/classes/<id>/charts.json`` under ``key``); ``figure`` draws it (None: no data).
+    """
+
+    key: str
+    id: str
+    points: Callable[[list[tuple[str, str, dict[str, Any]]]], Any]
+    figure: Callable[[Any], dict[str, Any] | None]
+
+
+def _no_lines(results: dict[str, Any]) -> list[str]:
+    return []
+
+
+def _cell_name(cell: dict[str, Any]) -> str:
+    return str(cell.get("cell", ""))
+
+
+@dataclass(frozen=True)
+class JobKind:
+    """One kind of benchmark job. ``name`` is what a ``BenchJob`` row stores (at most 16 characters).
+
+    - ``parse`` turns a raw config into the typed one; None reads every field (and
+      the seed) onto ``config_type``. ``check_length`` refuses requests longer than
+      the engine's ``max_model_len``.
+    - ``measure(config, *, base_url, model, reporter)`` gives (results, cancelled).
+    - ``chart(runs)`` draws one or more jobs' results; ``summary_template`` is the
+      results part of the job page (given ``job`` and ``r``, the results).
+    - ``cell_name`` names a cell in a CSV; ``cell_line`` and ``report_lines`` are the
+      terminal command's lines; ``sequential``: one request at a time (a run's
+      ``max_concurrency`` is 1 unless the cell says otherwise).
+    """
+
+    name: str
+    label: Text
+    config_type: type[Any]
+    fields: tuple[Field, ...]
+    measure: Measure
+    parse: Callable[[dict[str, Any]], Any] | None = None
+    check_length: Callable[[Any, int], None] | None = None
+    chart: Callable[[Runs], dict[str, Any]] | None = None
+    summary_template: str = ""
+    cell_name: Callable[[dict[str, Any]], str] = _cell_name
+    cell_line: Callable[[dict[str, Any]], str] | None = None
+    report_lines: Callable[[dict[str, Any]], list[str]] = _no_lines
+    sequential: bool = True
+    lab: LabChecks | None = None
+    class_chart: ClassChart | None = None
+
+    def default(self) -> Any:
+        """The config with every default: what an empty form runs."""
+        return self.config_type()
+
+    def config(self, raw: dict[str, Any]) -> Any:
+        if self.parse is not None:
+            return self.parse(raw)
+        return self.config_type(**read_fields(self.config_type, self.fields, raw))
+
+    def checked_length(self, config: Any, max_model_len: int) -> None:
+        (self.check_length or length_check)(config, max_model_len)
+
+
+def read_fields(config_type: type[Any], fields: tuple[Field, ...], raw: dict[str, Any]) -> dict[str, Any]:
+    """Each field read from ``raw`` with ``config_type``'s default, and the seed: the config's arguments."""
+    default = config_type()
+    values = {field.attribute: field.read(raw, getattr(default, field.attribute)) for field in fields}
+    if hasattr(default, "seed"):
+        values["seed"] = configs.integer(raw, "seed", default.seed, 0, SEED_MOST)
+    return values
+
+
+def length_check(config: KindConfig, max_model_len: int) -> None:
+    """ConfigError naming the field when one of the config's requests cannot fit the engine."""
+    for field_name, tokens in config.longest_requests():
+        if tokens > max_model_len:
+            raise configs.ConfigError(
+                field_name,
+                _("요청 하나가 %(tokens)d 토큰(프롬프트 + 출력)으로 엔진의 최대 길이 %(limit)d 토큰을 넘습니다")
+                % {"tokens": tokens, "limit": max_model_len},
+            )
+
+
+# --- the registry itself -----------------------------------------------------------------
+
+_KINDS: dict[str, JobKind] = {}
+
+
+def register(kind: JobKind) -> JobKind:
+    """Add a kind (a kind module calls this once at import); a second kind of the same name is refused."""
+    if kind.name in _KINDS and _KINDS[kind.name] is not kind:
+        raise ValueError(f"a job kind named {kind.name!r} is already registered")
+    if not kind.name or len(kind.name) > 16:
+        raise ValueError(f"a job kind's name has 1 to 16 characters (BenchJob.kind): {kind.name!r}")
+    _KINDS[kind.name] = kind
+    return kind
+
+
+def unregister(name: str) -> None:
+    _KINDS.pop(name, None)
+
+
+def find(name: str) -> JobKind | None:
+    return _KINDS.get(name)
+
+
+def get(name: str) -> JobKind:
+    """The kind named ``name``; ConfigError on the "kind" field when there is none."""
+    kind = _KINDS.get(name)
+    if kind is None:
+        raise configs.ConfigError("kind", _("알 수 없는 작업 종류: %(kind)s") % {"kind": name})
+    return kind
+
+
+def all_kinds() -> list[JobKind]:
+    """Every kind, those serving a lab first in the labs' order, then the others as registered."""
+    order = {name: index for index, name in enumerate(_KINDS)}
+    return sorted(_KINDS.values(), key=lambda k: (k.lab is None, k.lab.number if k.lab else 0, order[k.name]))
+
+
+def for_lab(number: int) -> JobKind | None:
+    return next((kind for kind in all_kinds() if kind.lab is not None and kind.lab.number == number), None)
+
+
+def choices() -> list[tuple[str, Text]]:
+    return [(kind.name, kind.label) for kind in all_kinds()]

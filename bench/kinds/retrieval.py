@@ -1,0 +1,274 @@
+"""Lab 4, retrieval size: top-k × chunk size → retrieved tokens → prompt tokens → TTFT.
+
+Every request starts with its own first line, so none profits from another's cached
+prefix. The retrieved tokens of a prompt are its prompt tokens minus those of the
+same prompt without material.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from django.utils.text import format_lazy
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+
+from bench import charts, configs, runner
+from bench.kinds import rag_work, registry, speed
+from bench.kinds.cells import cell_summary, line_fit, median, share
+from bench.kinds.checks import Check, all_ok, done_cells
+from bench.kinds.registry import Field, Runs
+from bench.kinds.session import CLIENT_TIMEOUT_S, Session, keeps_partial, warm_up
+from bench.reporting import Reporter
+from bench.workloads import RagPrompt, nonce_line
+from rag.chunking import CHUNK_SIZES
+from rag.vllm import client as vllm_client
+from rag.vllm.records import RequestRecord
+
+
+@dataclass(frozen=True)
+class RetrievalConfig:
+    questions: int = 2
+    top_ks: tuple[int, ...] = (1, 3, 5)
+    chunk_sizes: tuple[int, ...] = CHUNK_SIZES
+    max_tokens: int = 24
+    seed: int = 0
+
+    @property
+    def total_requests(self) -> int:
+        return self.questions * len(self.top_ks) * len(self.chunk_sizes)
+
+    def longest_requests(self) -> list[tuple[str, int]]:
+        return [("top_ks", rag_work.rag_longest(max(self.top_ks), max(self.chunk_sizes), self.max_tokens))]
+
+
+FIELDS = (
+    Field("questions", gettext_lazy("질문 수"), "integer", low=1, high=20),
+    Field("top_ks", gettext_lazy("top-k 값들"), "integers", low=0, high=10),
+    Field(
+        "chunk_sizes",
+        gettext_lazy("청크 크기들 (자)"),
+        "integers",
+        low=1,
+        high=100_000,
+        help_text=format_lazy("{}: {}", gettext_lazy("색인된 크기"), ", ".join(map(str, CHUNK_SIZES))),
+    ),
+    Field("max_tokens", gettext_lazy("최대 출력 토큰"), "integer", low=1, high=4096),
+)
+
+
+def parse(raw: dict[str, Any]) -> RetrievalConfig:
+    config = RetrievalConfig(**registry.read_fields(RetrievalConfig, FIELDS, raw))
+    for size in config.chunk_sizes:
+        if size not in CHUNK_SIZES:
+            raise configs.ConfigError(
+                "chunk_sizes", _("색인된 청크 크기는 200, 500, 1000자입니다 (받은 값 %(size)d)") % {"size": size}
+            )
+    return config
+
+
+def label(size: int, top_k: int) -> str:
+    return _("청크 %(size)d / top-k %(top_k)d") % {"size": size, "top_k": top_k}
+
+
+async def measure_cell(
+    session: Session, config: RetrievalConfig, prompts: list[RagPrompt], bare: list[RagPrompt], at: tuple[int, int]
+) -> dict[str, Any]:
+    """One chunk size × top-k: each question's prompt once; retrieved tokens counted against the bare prompt."""
+    size, top_k = at
+    records: list[RequestRecord] = []
+    answers = []
+    context_tokens: list[float] = []
+    for number, prompt in enumerate(prompts):
+        nonce = nonce_line(config.seed, size, top_k, number)
+        spec = runner.RequestSpec(
+            prompt=nonce + prompt.text, max_tokens=config.max_tokens, ignore_eos=False, stop=prompt.stop
+        )
+        record, _server = await session.send(spec, label(size, top_k))
+        records.append(record)
+        if record.prompt_tokens is not None:
+            (zero,) = await vllm_client.count_tokens(
+                [nonce + bare[number].text], model=session.model, client=session.http
+            )
+            context_tokens.append(max(0, record.prompt_tokens - zero))
+        answers.append(rag_work.answer(prompt, record))
+        if session.cancelled:
+            break
+    return cell_summary(
+        records,
+        chunk_size=size,
+        top_k=top_k,
+        answers=answers,
+        median_retrieval_ms=median([p.retrieval_ms for p in prompts]),
+        median_context_tokens=median(context_tokens),
+        median_context_chars=median([float(p.context_chars) for p in prompts]),
+        evidence_retrieved=share([p.evidence_retrieved for p in prompts]),
+        answer_coverage=median([a["coverage"] for a in answers]),
+    )
+
+
+def fits(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """TTFT against context tokens, one line per chunk size (slope ≈ 1 / prefill speed)."""
+    out: dict[str, Any] = {}
+    for size in sorted({c["chunk_size"] for c in cells}):
+        points = [
+            c for c in cells if c["chunk_size"] == size and c["completed"] and c["median_context_tokens"] is not None
+        ]
+        out[str(size)] = line_fit([c["median_context_tokens"] for c in points], [c["median_ttft_ms"] for c in points])
+    return out
+
+
+async def _sweep(
+    http: httpx.AsyncClient, config: RetrievalConfig, cells: list[dict[str, Any]], *, base_url: str, model: str,
+    reporter: Reporter,
+) -> bool:  # fmt: skip
+    """Every chunk size × top-k into ``cells``; True when cancelled."""
+    session = Session(http, base_url=base_url, model=model, total=config.total_requests, reporter=reporter)
+    questions = await rag_work.questions(config.questions, seed=config.seed)
+    await warm_up(base_url=base_url, model=model, seed=config.seed)
+    bare = await rag_work.prompts(questions, top_k=0, chunk_size=CHUNK_SIZES[0])  # the same prompts without material
+    # One retrieval first, not measured: loading the embedding model is not retrieval time.
+    await rag_work.prompts(questions[:1], top_k=1, chunk_size=config.chunk_sizes[0])
+    for size in config.chunk_sizes:
+        for top_k in config.top_ks:
+            if not await session.start_cell(label(size, top_k)):
+                return True
+            prompts = await rag_work.prompts(questions, top_k=top_k, chunk_size=size)
+            cells.append(await measure_cell(session, config, prompts, bare, (size, top_k)))
+            await reporter.partial({"cells": cells, "partial": True})
+            if session.cancelled:
+                return True
+    return False
+
+
+async def measure(
+    config: RetrievalConfig, *, base_url: str, model: str, reporter: Reporter
+) -> tuple[dict[str, Any], bool]:
+    cells: list[dict[str, Any]] = []
+    with keeps_partial(lambda: {"cells": cells, "cancelled": False, "fits": fits(cells)}):
+        async with vllm_client.connect(base_url, timeout=CLIENT_TIMEOUT_S) as http:
+            cancelled = await _sweep(http, config, cells, base_url=base_url, model=model, reporter=reporter)
+    if cancelled:
+        return {"cells": cells, "cancelled": True}, True
+    return {"cells": cells, "cancelled": False, "fits": fits(cells)}, False
+
+
+# --- the chart, the command, the lab ------------------------------------------------------
+
+
+def chart(runs: Runs) -> dict[str, Any]:
+    """TTFT against retrieved context tokens, one line per chunk size; TPOT stays flat."""
+    import plotly.graph_objects as go
+
+    fig = charts.figure((_("문맥 토큰 대비 TTFT"), _("문맥 토큰 대비 TPOT")))
+    for run, results in runs:
+        shown = charts.cells(results)
+        for size in sorted({c["chunk_size"] for c in shown}):
+            line = sorted((c for c in shown if c["chunk_size"] == size), key=lambda c: c["top_k"])
+            xs = [c["median_context_tokens"] for c in line]
+            labels = [f"top-k {c['top_k']}" for c in line]
+            for column, key, series in (
+                (1, "median_ttft_ms", _("%(size)d자") % {"size": size}),
+                (2, "median_tpot_ms", _("TPOT %(size)d자") % {"size": size}),
+            ):
+                name = charts.series_name(run, series, runs)
+                ys = [c[key] for c in line]
+                fig.add_trace(go.Scatter(x=xs, y=ys, text=labels, mode="lines+markers", name=name), 1, column)
+    fig.update_xaxes(title_text=_("검색해 넣은 문맥 토큰"))
+    fig.update_yaxes(title_text="ms")
+    fig.update_yaxes(rangemode="tozero", row=1, col=2)
+    return charts.done(fig)
+
+
+def cell_name(cell: dict[str, Any]) -> str:
+    return f"chunk {cell.get('chunk_size')} / top-k {cell.get('top_k')}"
+
+
+def cell_line(cell: dict[str, Any]) -> str:
+    ms = speed.ms
+    context = f"context {ms(cell['median_context_tokens'])} tok, retrieval {ms(cell['median_retrieval_ms'])} ms"
+    return f"{speed.latency_line(cell_name(cell), cell)}, {context}"
+
+
+def checks(r: dict[str, Any]) -> list[Check]:
+    found = {size: fit for size, fit in (r.get("fits") or {}).items() if fit}
+    tpots = [c["median_tpot_ms"] for c in done_cells(r) if c.get("median_tpot_ms")]
+    flat = max(tpots) / min(tpots) if tpots and min(tpots) > 0 else None
+    return [
+        all_ok(r),
+        Check(
+            _("가져온 토큰이 많을수록 TTFT가 오름"),
+            bool(found) and all(fit["slope"] > 0 for fit in found.values()),
+            ", ".join(f"{size}: {fit['slope']:.2f} ms/tok" for size, fit in found.items()) or "—",
+        ),
+        Check(
+            _("TPOT는 문맥 길이와 거의 무관 (최대/최소 ≤ 1.5)"),
+            flat is not None and flat <= 1.5,
+            _("최대/최소 %(s).2f") % {"s": flat or 0},
+        ),
+    ]
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+TtftPoints = dict[str, list[tuple[float, float]]]
+
+
+def class_points(latest: list[tuple[str, str, dict[str, Any]]]) -> TtftPoints:
+    """username → [(context tokens, TTFT ms)] over the cells of each learner's latest run."""
+    out: TtftPoints = {}
+    for username, _engine_url, results in latest:
+        points = []
+        for cell in results.get("cells", []):
+            x, y = _number(cell.get("median_context_tokens")), _number(cell.get("median_ttft_ms"))
+            if cell.get("completed") and x is not None and y is not None:
+                points.append((x, y))
+        if points:
+            out[username] = sorted(points)
+    return out
+
+
+def class_figure(points: TtftPoints) -> dict[str, Any] | None:
+    import plotly.graph_objects as go
+
+    if not points:
+        return None
+    fig = go.Figure()
+    for username, pairs in sorted(points.items()):
+        fig.add_trace(
+            go.Scatter(
+                x=[x for x, _y in pairs],
+                y=[y for _x, y in pairs],
+                mode="markers",
+                name=username,
+                hovertemplate=username + ": %{x:.0f} tok → %{y:.0f} ms<extra></extra>",
+            )
+        )
+    fig.update_xaxes(title_text=_("검색해 넣은 문맥 토큰"))
+    fig.update_yaxes(title_text="TTFT (ms)", rangemode="tozero")
+    fig.update_layout(title_text=_("문맥 토큰에 따른 TTFT (학습자별)"))
+    return charts.done(fig, charts.CLASS_LAYOUT)
+
+
+KIND = registry.register(
+    registry.JobKind(
+        name="retrieval",
+        label=gettext_lazy("검색 크기 스윕 (실습 4)"),
+        config_type=RetrievalConfig,
+        fields=FIELDS,
+        measure=measure,
+        parse=parse,
+        chart=chart,
+        summary_template="bench/kinds/retrieval.html",
+        cell_name=cell_name,
+        cell_line=cell_line,
+        lab=registry.LabChecks(
+            4, checks, (("ms/token (500)", "fits.500.slope"), ("ms/token (1000)", "fits.1000.slope"))
+        ),
+        class_chart=registry.ClassChart("ttft_vs_context", "class-ttft", class_points, class_figure),
+    )
+)

@@ -1,0 +1,56 @@
+"""Lost workers: a running job whose beat stopped ``BENCH_STALE_S`` ago ends failed.
+
+A running job beats (``heartbeat_at``) every few seconds; one silent for longer lost its
+worker. ``jobs_reap_stale`` (run by the job pages and ``job_create``) marks it failed with
+the reason, keeping what it measured. A redelivered task for such a job starts it over,
+at most ``MAX_ATTEMPTS`` times in all (``bench.jobrun.JobRun.claim``).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from bench.models import BenchJob
+
+MAX_ATTEMPTS = 2  # a job whose worker was lost is started over once; the next delivery fails it
+
+
+def alive(job: BenchJob) -> bool:
+    """The job's worker beat less than BENCH_STALE_S ago (or it started that recently)."""
+    last = job.heartbeat_at or job.started_at
+    return last is not None and timezone.now() - last < timedelta(seconds=settings.BENCH_STALE_S)
+
+
+def jobs_reap_stale() -> int:
+    """Running jobs whose worker stopped beating BENCH_STALE_S ago end failed (results kept); how many."""
+    now = timezone.now()
+    stale_s = int(settings.BENCH_STALE_S)
+    stale = (
+        BenchJob.objects.filter(status=BenchJob.Status.RUNNING)
+        .annotate(last_sign=Coalesce("heartbeat_at", "started_at", "created_at"))
+        .filter(last_sign__lt=now - timedelta(seconds=stale_s))
+        .only("pk", "attempts", "heartbeat_at", "done_requests", "total_requests")
+    )
+    reaped = 0
+    for job in stale:
+        error = _(
+            "이 작업을 실행하던 워커가 작업 도중 사라졌습니다 (시도 %(attempt)d/%(most)d): %(stale)d초 넘게 "
+            "아무 신호가 없었고, 요청 %(total)d개 중 %(done)d개를 마친 뒤였습니다. "
+            "이어서 실행되지 않습니다: 다시 실행하세요."
+        ) % {
+            "attempt": job.attempts,
+            "most": MAX_ATTEMPTS,
+            "stale": stale_s,
+            "done": job.done_requests,
+            "total": job.total_requests,
+        }
+        # Only if it has not beaten since it was read: a worker that is merely slow keeps its job.
+        reaped += BenchJob.objects.filter(
+            pk=job.pk, status=BenchJob.Status.RUNNING, attempts=job.attempts, heartbeat_at=job.heartbeat_at
+        ).update(status=BenchJob.Status.FAILED, error=error, finished_at=now, current_cell="")
+    return reaped

@@ -1,0 +1,19 @@
+"""Reads of the chapter: a section or all of them in the reader's language, Korean where it has none."""
+
+from __future__ import annotations
+
+from labapp.models import ChapterSection
+
+FALLBACK_LANGUAGE = "ko"  # the chapter is written in Korean; other languages may lack a page
+
+
+def sections_in(language: str) -> list[ChapterSection]:
+    sections = list(ChapterSection.objects.filter(language=language))
+    return sections or list(ChapterSection.objects.filter(language=FALLBACK_LANGUAGE))
+
+
+def section_in(slug: str, language: str) -> ChapterSection | None:
+    return (
+        ChapterSection.objects.filter(slug=slug, language=language).first()
+        or ChapterSection.objects.filter(slug=slug, language=FALLBACK_LANGUAGE).first()
+    )
