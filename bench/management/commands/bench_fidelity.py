@@ -148,6 +148,7 @@ async def _theirs(
         dataset.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts))
         command = [
             str(ENGINE_PYTHON),
+            "-P",  # not bench/ on sys.path: bench/selectors.py would shadow the standard library's selectors
             str(ROOT / "bench" / "vllm_bench_serve.py"),
             "--",
             "--backend", "openai",
