@@ -16,7 +16,7 @@ from django.db.models import QuerySet
 from django.http import Http404
 
 from bench.models import BenchJob, Engine
-from labapp.access import AnyUser, may_register_engine, may_view_learner
+from labapp.access import AnyUser, may_remove_engine, may_view_learner
 
 
 def owns(user: AnyUser, job: BenchJob) -> bool:
@@ -66,8 +66,13 @@ def job_for_viewer(user: AnyUser, job_id: int, *, owner: AbstractBaseUser | None
 
 
 def engine_for(user: AnyUser, engine_id: int) -> Engine:
-    """A registered engine, for someone who may register and remove engines; else 404."""
-    engine = Engine.objects.filter(pk=engine_id).first() if may_register_engine(user) else None
-    if engine is None:
+    """A registered engine, for whoever may remove it (who added it, or an admin); else 404."""
+    engine = Engine.objects.filter(pk=engine_id).first()
+    if engine is None or not may_remove_engine(user, engine.added_by_id):
         raise Http404("engine not found")
     return engine
+
+
+def removable_engines(user: AnyUser) -> list[Engine]:
+    """The registered engines ``engine_for`` gives this user (the page's remove buttons)."""
+    return [engine for engine in Engine.objects.all() if may_remove_engine(user, engine.added_by_id)]

@@ -21,6 +21,9 @@ def group_name(job_id: int) -> str:
 
 class JobProgressConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self) -> None:
+        if await sockets.password_change_due(self.scope):
+            await self.close(code=sockets.CLOSE_PASSWORD_CHANGE)  # a temporary password: change it first
+            return
         user = self.scope.get("user")
         job_id = int(self.scope["url_route"]["kwargs"]["job_id"])
         try:

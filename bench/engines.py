@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from bench.models import Engine
 from rag.vllm import client as vllm_client
@@ -49,12 +50,20 @@ class EngineError(ValueError):
         self.field, self.message = field, message
 
 
+def _is_web_address(url: str) -> bool:
+    try:
+        parsed = urlparse(url)
+        parsed.port  # noqa: B018 - a port out of range raises here
+    except ValueError:  # "http://[bad" and the like
+        return False
+    return parsed.scheme in ("http", "https") and bool(parsed.hostname)
+
+
 def engine_add(*, user: Any, name: str, base_url: str, model: str = "", hardware: str = "") -> Engine:
     name, base_url = name.strip(), base_url.strip().rstrip("/")
     if not name:
         raise EngineError("name", _("이름을 적어 주세요."))
-    parsed = urlparse(base_url)
-    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+    if not _is_web_address(base_url):
         raise EngineError("base_url", _("http:// 또는 https:// 로 시작하는 주소여야 합니다 (예: http://gpu-box:8000)."))
     if Engine.objects.filter(name=name).exists():
         raise EngineError("name", _("같은 이름의 엔진이 이미 있습니다."))
@@ -65,23 +74,49 @@ def engine_add(*, user: Any, name: str, base_url: str, model: str = "", hardware
     )
 
 
-def probe(choice: Choice, timeout: float = 2.0) -> dict[str, Any]:
-    """Up or down, with the model, max model length, version and round trip, or the error."""
+PROBE_TIMEOUT_S = 2.0  # one probe in all: an engine that answers later is down for the page
+
+# What a learner reads for a failed probe: a short reason, never the error's own text (which
+# would make a registered address a port scanner).
+REASONS = {
+    "unreachable": gettext_lazy("연결할 수 없습니다"),
+    "timeout": gettext_lazy("시간 초과"),
+    "http_status": gettext_lazy("오류로 응답했습니다"),
+    "not_openai": gettext_lazy("응답 형식이 OpenAI 호환이 아닙니다"),
+    "no_model": gettext_lazy("제공하는 모델이 없습니다"),
+    "model_missing": gettext_lazy("등록한 모델을 제공하지 않습니다"),
+}
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One engine's state: up with its model, max length, version and round trip, or down with why.
+
+    ``reason`` is for everyone; ``detail`` (an HTTP status, a content type, an exception's
+    class name) is for those who may register engines.
+    """
+
+    ok: bool
+    ms: int
+    model: str = ""
+    max_model_len: int | None = None
+    version: str = ""
+    reason: str = ""
+    detail: str = ""
+
+
+async def probe(choice: Choice, timeout: float = PROBE_TIMEOUT_S) -> Probe:
     started = time.perf_counter()
     try:
-        info = vllm_client.engine_info(timeout=timeout, url=choice.url, wanted=choice.model or None)
+        info = await vllm_client.probe(choice.url, wanted=choice.model or None, timeout=timeout)
     except vllm_client.EngineUnavailable as exc:
-        return {"ok": False, "error": str(exc), "ms": round((time.perf_counter() - started) * 1000)}
-    return {
-        "ok": True,
-        "model": info.model,
-        "max_model_len": info.max_model_len,
-        "version": info.version,
-        "ms": round((time.perf_counter() - started) * 1000),
-    }
+        ms = round((time.perf_counter() - started) * 1000)
+        return Probe(False, ms, reason=str(REASONS[exc.reason]), detail=exc.detail)
+    ms = round((time.perf_counter() - started) * 1000)
+    return Probe(True, ms, info.model, info.max_model_len, info.version)
 
 
-def probe_all(items: list[Choice]) -> list[tuple[Choice, dict[str, Any]]]:
-    """Every engine probed at once (a dead one costs its timeout, not the sum of all)."""
-    with ThreadPoolExecutor(max_workers=max(1, min(8, len(items)))) as pool:
-        return list(zip(items, pool.map(probe, items), strict=True))
+async def probe_all(items: list[Choice], timeout: float = PROBE_TIMEOUT_S) -> list[tuple[Choice, Probe]]:
+    """Every engine probed at once: the page waits for the slowest, at most ``timeout``."""
+    found = await asyncio.gather(*(probe(item, timeout) for item in items))
+    return list(zip(items, found, strict=True))

@@ -6,12 +6,15 @@ a job stores them, so a terminal run, a job's page and the command write the sam
 
 from __future__ import annotations
 
+import csv
 import math
+from collections.abc import Iterable
 from datetime import datetime
-from typing import Any
+from typing import Any, TextIO
 
 from bench.kinds import registry
 from bench.metrics import summarize
+from labapp.csvcells import csv_safe
 from rag.vllm.records import RequestRecord
 
 CSV_COLUMNS = [
@@ -32,6 +35,7 @@ CSV_COLUMNS = [
     "server_prefill_ms",
     "server_decode_ms",
     "finish_reason",
+    "generated_text",
 ]
 _MS = {
     "client_queue_time_ms": "client_queue_time",
@@ -56,6 +60,8 @@ def csv_row(request: dict[str, Any], *, index: int, cell: str = "") -> dict[str,
     row = {key: request.get(key) for key in ("success", "prompt_tokens", "output_tokens", "cached_tokens")}
     row |= {"cell": cell, "index": index, "error": request.get("error") or ""}
     row["finish_reason"] = request.get("finish_reason") or ""
+    row["generated_text"] = request.get("generated_text") or ""
+    row["success"] = "" if row["success"] is None else str(bool(row["success"]))  # True/False, as before
     for column, key in _MS.items():
         value = request.get(key)
         row[column] = None if value is None else round(value * 1000, 3)
@@ -73,6 +79,17 @@ def csv_rows(kind: str, results: dict[str, Any]) -> list[dict[str, Any]]:
 
 def records_csv_rows(records: list[RequestRecord]) -> list[dict[str, Any]]:
     return [csv_row(r.as_dict(), index=i) for i, r in enumerate(records)]
+
+
+def write_csv(out: TextIO, rows: Iterable[dict[str, Any]]) -> None:
+    """The requests CSV (a job's export, the command's ``--csv``): a header, then each row.
+
+    Errors, finish reasons and generated texts come from the engine and cell names from
+    settings: every cell goes through ``csv_safe``, so none of them can be a formula.
+    """
+    writer = csv.DictWriter(out, fieldnames=CSV_COLUMNS)
+    writer.writeheader()
+    writer.writerows({column: csv_safe(value) for column, value in row.items()} for row in rows)
 
 
 def bench_json(

@@ -71,6 +71,12 @@ class BenchJob(models.Model):
     def active(self) -> bool:
         return self.status in (self.Status.QUEUED, self.Status.RUNNING)
 
+    @property
+    def disturbed_cells(self) -> list[tuple[str, float]]:
+        """(cell name, most requests beyond its own) of each cell measured while other traffic ran on the engine."""
+        spec = self.kind_spec
+        return spec.disturbed(self.results or {}) if spec is not None else []
+
     def __str__(self) -> str:
         return f"{self.kind} #{self.pk} ({self.status})"
 

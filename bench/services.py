@@ -10,6 +10,7 @@ import random
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
@@ -59,11 +60,19 @@ class JobsBusy(Exception):
 def job_submit(
     *, owner: AbstractBaseUser, kind: str, config: dict[str, Any], engine_url: str | None = None
 ) -> BenchJob:
-    """``job_create`` for a person at a web page: refused with ``JobsBusy`` past the per-user limit."""
-    wait_s = busy_retry_after_s(owner=owner)
-    if wait_s is not None:
-        raise JobsBusy(wait_s)
-    return job_create(owner=owner, kind=kind, config=config, engine_url=engine_url)
+    """``job_create`` for a person at a web page: refused with ``JobsBusy`` past the per-user limit.
+
+    The count and the create are one transaction holding the owner's row locked
+    (PostgreSQL: ``SELECT ... FOR UPDATE``; SQLite ignores that, and its ``BEGIN IMMEDIATE``
+    transactions, see settings, already run one at a time), so two submits at once cannot
+    both pass the count.
+    """
+    with transaction.atomic():
+        get_user_model().objects.select_for_update().get(pk=owner.pk)
+        wait_s = busy_retry_after_s(owner=owner)
+        if wait_s is not None:
+            raise JobsBusy(wait_s)
+        return job_create(owner=owner, kind=kind, config=config, engine_url=engine_url)
 
 
 def job_cancel(*, job: BenchJob) -> BenchJob:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import io
 from typing import Any
 
@@ -98,9 +97,7 @@ def bench_export(request: HttpRequest, job_id: int, fmt: str) -> HttpResponse:
         response: HttpResponse = JsonResponse(data, json_dumps_params={"ensure_ascii": False, "indent": 1})
     else:
         out = io.StringIO()
-        writer = csv.DictWriter(out, fieldnames=exports.CSV_COLUMNS)
-        writer.writeheader()
-        writer.writerows(exports.csv_rows(job.kind, job.results))
+        exports.write_csv(out, exports.csv_rows(job.kind, job.results))
         response = HttpResponse(out.getvalue(), content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="bench-{job.pk}.{fmt}"'
     return response

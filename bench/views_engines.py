@@ -1,7 +1,9 @@
-"""Engines: everyone sees each one's status and picks one for their runs; admins and instructors add them."""
+"""Engines: everyone sees each one's status and picks one for their runs; admins and instructors add them,
+and whoever added one (or an admin) removes it."""
 
 from __future__ import annotations
 
+from asgiref.sync import async_to_sync
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
@@ -10,18 +12,18 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from bench import access, engines
-from bench.models import Engine
 from labapp.access import may_register_engine
 
 
 @login_required
 def engine_list(request: HttpRequest) -> HttpResponse:
-    rows = engines.probe_all(engines.choices())
+    can_manage = may_register_engine(request.user)
     context = {
-        "rows": rows,
+        "rows": async_to_sync(engines.probe_all)(engines.choices()),
         "chosen": engines.chosen_url(request.session),
-        "can_manage": may_register_engine(request.user),
-        "registered": {e.base_url: e for e in Engine.objects.all()},
+        "can_manage": can_manage,
+        "show_detail": can_manage,  # who registers engines may read why one is down; learners the reason only
+        "removable": access.removable_engines(request.user),
         "form": request.session.pop("engine_form", {}),
     }
     return render(request, "bench/engines.html", context)

@@ -21,6 +21,7 @@ The roles:
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
 from django.db.models import Q, QuerySet
 
@@ -94,9 +95,29 @@ def may_create_class(user: AnyUser) -> bool:
     return is_admin(user) or teaches_any(user)
 
 
+def may_add_class_material(user: AnyUser, classroom: ClassroomRef) -> bool:
+    """Upload into the class's document collection (what every member's chat may quote):
+    its instructors and admins. A learner uploads into their own collection."""
+    return is_admin(user) or teaches(user, classroom)
+
+
 def may_register_engine(user: AnyUser) -> bool:
-    """Add or remove an engine everyone can pick: admins and instructors of any class."""
+    """Add an engine everyone can pick: admins and instructors of any class."""
     return is_admin(user) or teaches_any(user)
+
+
+def may_remove_engine(user: AnyUser, added_by_id: int | None) -> bool:
+    """Remove a registered engine: whoever added it (while they still may register engines),
+    or an admin. Another instructor may not remove a colleague's engine."""
+    if is_admin(user):
+        return True
+    return added_by_id is not None and user.pk == added_by_id and may_register_engine(user)
+
+
+def may_see_status_details(user: AnyUser) -> bool:
+    """The status page's details (addresses, versions, errors, round trips, hosts): everyone
+    on a local machine; on a class server only admins (others see each component up or down)."""
+    return settings.LAB_MODE != "class" or is_admin(user)
 
 
 def learners_of(classroom: ClassroomRef) -> QuerySet[User]:
@@ -126,14 +147,30 @@ def plain_learners(users: QuerySet[User]) -> QuerySet[User]:
     return users.exclude(ADMIN_USERS).exclude(memberships__role=Membership.Role.INSTRUCTOR)
 
 
-def may_reset_password(instructor: AnyUser, learner: AbstractBaseUser) -> bool:
-    """An admin or an instructor of the learner's class, and only for a plain learner
-    (never oneself, then: whoever may reset a password is an admin or teaches)."""
-    return _teaches_learner(instructor, learner) and plain_learners(User.objects.filter(pk=learner.pk)).exists()
+def resettable_by(user: AnyUser, users: QuerySet[User]) -> QuerySet[User]:
+    """The plain learners among ``users`` whose password ``user`` may reset.
+
+    An admin may reset any plain learner. An instructor only one who is in their classes
+    alone: a learner who is also in a class the instructor does not teach would, once
+    signed in as, show that class's documents and the learner's own answers.
+    """
+    if is_admin(user):
+        return plain_learners(users)
+    if not user.is_authenticated:
+        return users.none()
+    elsewhere = Classroom.objects.exclude(pk__in=classes_teaching(user))
+    taught = users.filter(memberships__classroom__in=classes_teaching(user))
+    return plain_learners(taught).exclude(memberships__classroom__in=elsewhere).distinct()
 
 
-def password_resettable(instructor: AnyUser, classroom: ClassroomRef) -> set[int]:
+def may_reset_password(user: AnyUser, learner: AbstractBaseUser) -> bool:
+    """Set a temporary password for ``learner``: ``resettable_by`` for one learner (never
+    oneself, then: whoever may reset a password is an admin or teaches)."""
+    return resettable_by(user, User.objects.filter(pk=learner.pk)).exists()
+
+
+def password_resettable(user: AnyUser, classroom: ClassroomRef) -> set[int]:
     """``may_reset_password`` for every learner of the class at once (one query for the roster)."""
-    if not may_manage_class(instructor, classroom):
+    if not may_manage_class(user, classroom):
         return set()
-    return set(plain_learners(learners_of(classroom)).values_list("pk", flat=True))
+    return set(resettable_by(user, learners_of(classroom)).values_list("pk", flat=True))

@@ -12,10 +12,13 @@ from collections.abc import Callable
 
 from django.conf import settings
 from django.contrib.auth import login
-from django.contrib.auth.models import User
+from django.contrib.auth.models import AbstractBaseUser, User
+from django.contrib.sessions.backends.base import SessionBase
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import redirect
+from django.shortcuts import redirect, render
 from django.urls import reverse
+
+from labapp.models import TemporaryPassword
 
 LOCAL_USERNAME = "learner"
 
@@ -43,6 +46,17 @@ class LocalLearnerMiddleware:
 MUST_CHANGE_PASSWORD = "must-change-password"  # noqa: S105 - session key set at a sign-in with a temporary password
 
 
+def must_change_password(user: AbstractBaseUser) -> bool:
+    """The user's password was set by an instructor (or a roster) and is not changed yet."""
+    return TemporaryPassword.objects.filter(user_id=user.pk).exists()
+
+
+def password_change_due(session: SessionBase | None, user: AbstractBaseUser) -> bool:
+    """This session must change its password before anything else: flagged at sign-in, or
+    a temporary password is still on the account (the websockets' rule, ``labapp.sockets``)."""
+    return bool(session is not None and session.get(MUST_CHANGE_PASSWORD)) or must_change_password(user)
+
+
 class PasswordChangeRequiredMiddleware:
     """After a sign-in with a temporary password every page leads to the password change
     until it is done; signing out, the language switch and static files stay reachable."""
@@ -60,3 +74,10 @@ class PasswordChangeRequiredMiddleware:
         ):
             return redirect(reverse("password_change"))
         return self.get_response(request)
+
+
+def locked_out(request: HttpRequest, response: HttpResponse | None = None, credentials: object = None) -> HttpResponse:
+    """django-axes' answer to a sign-in it refused (``AXES_LOCKOUT_CALLABLE``): a page saying
+    why and for how long, 429. Axes calls it with two or three arguments, hence the defaults."""
+    context = {"limit": settings.AXES_FAILURE_LIMIT, "minutes": int(settings.AXES_COOLOFF_TIME.total_seconds() // 60)}
+    return render(request, "registration/locked_out.html", context, status=429)

@@ -9,23 +9,23 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402 - needs the app registry
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.urls import path  # noqa: E402
 
 from bench.consumers import JobProgressConsumer  # noqa: E402
-from bench.selectors import learner_speeds  # noqa: E402
+from bench.selectors import chat_speeds  # noqa: E402
 from labapp.consumers import PingConsumer  # noqa: E402
+from labapp.origins import SameOriginValidator  # noqa: E402
 from rag.consumers import ChatConsumer  # noqa: E402
 
 websocket_urlpatterns = [
     path("ws/ping/", PingConsumer.as_asgi()),
-    path("ws/chat/", ChatConsumer.as_asgi(speeds=learner_speeds)),
+    path("ws/chat/", ChatConsumer.as_asgi(speeds=chat_speeds)),
     path("ws/bench/<int:job_id>/", JobProgressConsumer.as_asgi()),
 ]
 
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

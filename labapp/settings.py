@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import importlib.util
 import secrets
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+from csp.constants import NONE, SELF, UNSAFE_INLINE
 from django.core.exceptions import ImproperlyConfigured
 
 from labapp.env import env_bool, env_choice, env_int, env_list, env_str, env_url, is_set
@@ -50,6 +52,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "django_htmx",
+    "csp",
+    "axes",
     "labapp",
     "rag",
     "bench",
@@ -64,11 +68,14 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "labapp.middleware.RequestSizeLimitMiddleware",
     "labapp.accounts.LocalLearnerMiddleware",
     "labapp.accounts.PasswordChangeRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "axes.middleware.AxesMiddleware",  # last, as django-axes asks: turns a locked-out sign-in into its page
 ]
 
 ROOT_URLCONF = "labapp.urls"
@@ -143,6 +150,18 @@ CHAT_TIMEOUT_S = env_int("CHAT_TIMEOUT_S", minimum=1, maximum=3600)
 BENCH_STALE_S = env_int("BENCH_STALE_S", minimum=3, maximum=86400)
 CHAT_MAX_CONCURRENT_PER_USER = env_int("CHAT_MAX_CONCURRENT_PER_USER", minimum=1, maximum=1000)
 BENCH_MAX_ACTIVE_JOBS_PER_USER = env_int("BENCH_MAX_ACTIVE_JOBS_PER_USER", minimum=1, maximum=1000)
+DOCUMENTS_MAX_PER_USER = env_int("DOCUMENTS_MAX_PER_USER", minimum=1, maximum=10_000)
+DOCUMENTS_MAX_MB_PER_USER = env_int("DOCUMENTS_MAX_MB_PER_USER", minimum=1, maximum=100_000)
+PDF_MAX_PAGES = env_int("PDF_MAX_PAGES", minimum=1, maximum=100_000)
+PDF_TIMEOUT_S = env_int("PDF_TIMEOUT_S", minimum=1, maximum=3600)
+DOCUMENT_QUEUED_STALE_S = env_int("DOCUMENT_QUEUED_STALE_S", minimum=10, maximum=86400)
+# The largest file anyone uploads is a 5 MB document (rag.documents.MAX_BYTES); a request declaring a
+# longer body is refused with 413 before it is parsed (labapp.middleware.RequestSizeLimitMiddleware). The
+# slack is room for the form's other fields and the multipart headers.
+REQUEST_MAX_BYTES = 5 * 1024 * 1024 + 64 * 1024
+DATA_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024  # a body's fields other than files (the lab's forms post a few KB)
+FILE_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024  # a larger uploaded file is spooled to a temporary file
+STATUS_CACHE_S = env_int("STATUS_CACHE_S", minimum=0, maximum=3600)
 WEB_HOST = env_str("WEB_HOST")
 WEB_PORT = env_int("WEB_PORT", minimum=1, maximum=65535)
 VLLM_CPU_THREADS = env_str("VLLM_CPU_THREADS")
@@ -167,6 +186,19 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 2 * 3600}
 CELERY_RESULT_EXPIRES = 3600
 
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+# Sign-in throttling (django-axes): 5 wrong passwords for one username from one address lock
+# that pair out for 15 minutes (the page says so, in Korean: registration/locked_out.html);
+# a right password before that clears the count. Wrong join codes at sign-up are counted
+# apart (labapp.classes.throttle): 20 from one address within 15 minutes stop sign-ups from it.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_FAILURE_LIMIT = 5
+AXES_COOLOFF_TIME = timedelta(minutes=15)
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "labapp.accounts.locked_out"
+JOIN_CODE_FAILURE_LIMIT = 20
+JOIN_CODE_FAILURE_WINDOW_S = 15 * 60
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
@@ -197,6 +229,27 @@ STORAGES = {
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
 
+# Content-Security-Policy on every page (django-csp), in every mode. Scripts come only from
+# our own static files: no template has an inline script or event handler (json_script
+# blocks are data, never run; tests/test_csp.py keeps it so).
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        # plotly.js adds <style> elements while it draws (and sets style attributes on some
+        # traces), as htmx does for its indicator rule; without 'unsafe-inline' Chromium blocks
+        # them and the charts lose their hover and toolbar styling. Styles only: scripts stay strict.
+        "style-src": [SELF, UNSAFE_INLINE],
+        # 'self' also matches ws: and wss: on this host and port (CSP Level 3, "Does url match
+        # expression in origin": 'self'), which is where the chat, job and status sockets go.
+        "connect-src": [SELF],
+        "img-src": [SELF, "data:"],
+        "object-src": [NONE],
+        "base-uri": [SELF],
+        "frame-ancestors": [NONE],
+    }
+}
+
 # Deployment hardening applies whenever the site is a class server.
 if LAB_MODE == "class" and not DEBUG:
     SESSION_COOKIE_SECURE = True
@@ -215,5 +268,5 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": "INFO"},
-    "loggers": {"httpx": {"level": "WARNING"}, "chromadb": {"level": "WARNING"}},
+    "loggers": {"httpx": {"level": "WARNING"}, "chromadb": {"level": "WARNING"}, "axes": {"level": "WARNING"}},
 }

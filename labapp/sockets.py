@@ -4,7 +4,9 @@ Signing out sends ``user.signed_out`` to the user's channel-layer group ``user-<
 Every socket of that user (chat, job progress) is in the group; it closes with
 ``CLOSE_SIGNED_OUT`` when the event names its session, or when its own session no
 longer exists (signed out earlier while the layer was down, or rotated by a password
-change). A socket of the same user's other, still signed-in browser stays open.
+change). A socket of the same user's other, still signed-in browser stays open. A
+temporary password set by an instructor ends every session and socket of the learner
+(``labapp.accounts.sessions_end``), and no socket opens until that password is changed.
 
 The channel layer carries hints only: when Redis is down, signing out still succeeds
 (the session is gone, so the page's reconnect is refused with 4401) and chat keeps
@@ -24,13 +26,19 @@ from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
+from django.contrib.auth import SESSION_KEY
 from django.contrib.auth.signals import user_logged_out
+from django.db import transaction
 from django.dispatch import receiver
 from django.http import HttpRequest
+from django.utils import timezone
+
+from labapp import accounts
 
 log = logging.getLogger(__name__)
 
 CLOSE_SIGNED_OUT = 1008  # WebSocket "policy violation": this session may no longer use the socket
+CLOSE_PASSWORD_CHANGE = 4403  # signed in with a temporary password that is not changed yet
 SIGNED_OUT = "user.signed_out"
 LAYER_TIMEOUT_S = 2.0  # sign-out and connect never wait longer than this on an unreachable layer
 RETRY_FIRST_S, RETRY_MAX_S = 0.5, 5.0  # a watch whose layer failed tries again after 0.5, 1, 1.5 … 5 s
@@ -45,11 +53,52 @@ def sockets_close_on_sign_out(sender: Any, request: HttpRequest | None, user: An
     if user is None or user.pk is None:
         return
     session_key = getattr(getattr(request, "session", None), "session_key", None)
+    sockets_close(user_id=user.pk, session_key=session_key)
+
+
+def sockets_close(*, user_id: object, session_key: str | None = None) -> None:
+    """Close the user's sockets of this session, or every one of them (``session_key=None``)."""
     event = {"type": SIGNED_OUT, "session": session_key}
     try:
-        async_to_sync(_group_send)(user_group(user.pk), event)
+        async_to_sync(_group_send)(user_group(user_id), event)
     except Exception as exc:  # the layer is a hint: sign-out itself must succeed
-        log.warning("sign-out of user %s: open sockets not told (%s: %s)", user.pk, type(exc).__name__, exc)
+        log.warning("sign-out of user %s: open sockets not told (%s: %s)", user_id, type(exc).__name__, exc)
+
+
+def sessions_end(*, user_id: object) -> int:
+    """Sign the user out everywhere: delete their stored sessions now, close their sockets
+    after the commit; returns how many sessions were deleted.
+
+    Only a database session engine (Django's ``db``, ``cached_db``) can be searched by
+    user; with another engine nothing is deleted here, and the password change that
+    calls this still signs the other sessions out at their next request (Django checks
+    each session's password hash). Finding them is one pass over the unexpired sessions
+    (a class server has a few hundred).
+    """
+    store_class = import_module(settings.SESSION_ENGINE).SessionStore
+    get_model = getattr(store_class, "get_model_class", None)
+    keys = []
+    if get_model is not None:
+        rows = get_model().objects.filter(expire_date__gt=timezone.now()).only("session_key", "session_data")
+        for row in rows.iterator():
+            if store_class().decode(row.session_data).get(SESSION_KEY) == str(user_id):
+                keys.append(row.session_key)
+    for key in keys:
+        store_class(session_key=key).delete()  # through the store: cached_db forgets its cache too
+    transaction.on_commit(lambda: sockets_close(user_id=user_id))
+    return len(keys)
+
+
+async def password_change_due(scope: dict[str, Any]) -> bool:
+    """Whether the socket's user must first change a temporary password (``labapp.accounts``).
+
+    Every consumer asks this before any work and closes with ``CLOSE_PASSWORD_CHANGE``: the
+    pages lead such a user to the password change, and a socket must not be a way around it.
+    """
+    user = scope.get("user")
+    if user is None or not user.is_authenticated:
+        return False
+    return bool(await database_sync_to_async(accounts.password_change_due)(scope.get("session"), user))
 
 
 async def _group_send(group: str, event: dict[str, Any]) -> None:

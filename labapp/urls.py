@@ -20,8 +20,7 @@ urlpatterns = [
     path("status.json", status_views.status_json, name="status_json"),
     path("status/banner/", status_views.status_banner, name="status_banner"),
     path("healthz", status_views.healthz, name="healthz"),
-    path("", include("labapp.classes.urls")),  # sign-up, sign-in, classes (before Django's accounts/)
-    path("accounts/", include("django.contrib.auth.urls")),
+    path("", include("labapp.classes.urls")),  # sign-up, sign-in, sign-out, password change, classes
     path("", include("rag.urls")),
     path("", include("bench.urls")),
     path("i18n/", include("django.conf.urls.i18n")),

@@ -3,9 +3,12 @@
 Used by views and the chat consumer alike; the rules are ``labapp.access``'s predicates.
 A user never reaches another user's collection, document or conversation: an unknown
 or foreign one is "not found", never a permission hint. Every member of a class may
-search and add to the class's collection; the uploader or an instructor of the class
-may delete a document. A conversation and its answers belong to their owner alone (an
-instructor reads a learner's answers through the class pages, not here).
+search the class's collection, but only its instructors (and admins) upload into it:
+its text goes into every member's chat prompt. A learner uploads into their own
+collection. A re-upload replaces only the uploader's own file of that name; the
+uploader or an instructor of the class may delete a document. A conversation and its
+answers belong to their owner alone (an instructor reads a learner's answers through
+the class pages, not here).
 """
 
 from __future__ import annotations
@@ -17,9 +20,8 @@ from django.db.models import QuerySet
 from django.http import Http404
 from django.utils.translation import gettext as _
 
-from labapp.access import classes_of, teaches
-from rag.models import Answer, Conversation, Document
-from rag.services import CHAPTER_COLLECTION
+from labapp.access import classes_of, may_add_class_material, teaches
+from rag.models import CHAPTER_COLLECTION, Answer, Conversation, Document
 
 
 class CollectionNotFound(LookupError):
@@ -77,7 +79,7 @@ def document_for(user: AbstractBaseUser | AnonymousUser, document_id: int, *, ma
     """
     if not user.is_authenticated:
         raise Http404("document not found")
-    document = Document.objects.filter(pk=document_id, collection__in=documents_visible(user)).first()
+    document = Document.objects.filter(pk=document_id, collection__in=documents_visible(user)).defer("raw").first()
     if document is None:
         raise Http404("document not found")
     if manage and not may_manage_document(user, document):
@@ -93,6 +95,26 @@ def may_manage_document(user: AbstractBaseUser | AnonymousUser, document: Docume
         return True
     classroom_id = _classroom_id(document.collection)
     return classroom_id is not None and teaches(user, classroom_id)
+
+
+def may_upload_into(user: AbstractBaseUser | AnonymousUser, collection: str) -> bool:
+    """Upload into ``collection`` (a Chroma name): one's own, or a class's for its instructors and admins."""
+    if not user.is_authenticated:
+        return False
+    if collection == user_collection_name(user):
+        return True
+    classroom_id = _classroom_id(collection)
+    return classroom_id is not None and may_add_class_material(user, classroom_id)
+
+
+def may_replace_document(user: AbstractBaseUser | AnonymousUser, document: Document) -> bool:
+    """Upload a file of the same name over ``document``: its uploader only (never a takeover)."""
+    return user.is_authenticated and document.owner_id == user.pk
+
+
+def upload_collections(user: AbstractBaseUser | AnonymousUser) -> list[CollectionRef]:
+    """The collections the upload form offers: the user's own and the classes they may add material to."""
+    return [ref for ref in document_collections(user) if may_upload_into(user, ref.name)]
 
 
 def document_collections(user: AbstractBaseUser | AnonymousUser) -> list[CollectionRef]:

@@ -7,7 +7,8 @@ Frames from the browser (JSON objects):
   {"type": "client_timing", "answer_id": N, "first_token_ms": x, "done_ms": y}
 Frames to the browser carry the client id: started, retrieval, prompt, token,
 done (with the saved answer), error; a bad frame gets an error frame and the
-socket stays open. Signing out closes the socket (labapp.sockets).
+socket stays open. Signing out closes the socket, and a user who must change a temporary
+password gets none (labapp.sockets).
 """
 
 from __future__ import annotations
@@ -54,6 +55,9 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         self.user = self.scope.get("user")
         if self.user is None or not self.user.is_authenticated:
             await self.close(code=CLOSE_UNAUTHENTICATED)  # before any work
+            return
+        if await sockets.password_change_due(self.scope):
+            await self.close(code=sockets.CLOSE_PASSWORD_CHANGE)  # a temporary password: change it first
             return
         self.language = self._language()
         self.in_flight: dict[str, asyncio.Task[None]] = {}

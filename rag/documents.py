@@ -1,23 +1,31 @@
 """Uploaded files to plain text: type, size and encoding checks, PDF text extraction.
 
-Pure parsing, no database and no outside service: the upload form calls
-``document_text`` and shows a rejection's reason as it is, so every reason is a
-complete, translated sentence that says what to do instead.
+No database and no outside service. The upload form calls ``upload_text`` and shows a
+rejection's reason as it is, so every reason is a complete, translated sentence that
+says what to do instead. A PDF is not parsed in the web request: the form keeps its
+bytes and the ingestion worker calls ``pdf_text``, which reads it in a child process
+bounded in pages and time (``PDF_MAX_PAGES``, ``PDF_TIMEOUT_S``).
 """
 
 from __future__ import annotations
 
 import codecs
-import io
-import logging
-from pathlib import PurePath
+import json
+import subprocess
+import sys
+from pathlib import Path, PurePath
+from typing import Any
 
+from django.conf import settings
 from django.utils.translation import gettext as _
 
 MAX_BYTES = 5 * 1024 * 1024
 MAX_LABEL = "5 MB"
 KINDS = ("txt", "md", "pdf")
 ALLOWED_LABEL = ".txt, .md, .pdf"
+# The PDF reader's child process (rag/pdftext.py), run from the project folder.
+PDF_COMMAND: tuple[str, ...] = (sys.executable, "-m", "rag.pdftext")
+PROJECT_DIR = Path(__file__).resolve().parent.parent
 
 
 class DocumentRejected(ValueError):
@@ -50,18 +58,42 @@ def too_large(size: int) -> DocumentRejected | None:
     return None
 
 
+def upload_text(filename: str, data: bytes) -> tuple[str, str]:
+    """What the web request keeps of an upload: its kind and text, or ``DocumentRejected``.
+
+    A PDF's text is ``""`` here: its bytes are kept and the worker reads them
+    (``pdf_text``); only a file that does not even start like a PDF is refused now.
+    """
+    kind = _checked_kind(filename, data)
+    if kind == "pdf":
+        if b"%PDF-" not in data[:1024]:
+            raise _unreadable_pdf("no %PDF- header")
+        return kind, ""
+    return kind, _normalized(_decoded(data), kind)
+
+
 def document_text(filename: str, data: bytes) -> tuple[str, str]:
-    """The kind and the text of an uploaded file, or ``DocumentRejected`` with the reason.
+    """The kind and the whole text of a file, a PDF's included, or ``DocumentRejected`` with the reason.
 
     The text is stripped and has Unix line ends: chunk offsets shown in the
     preview are offsets into exactly this text.
     """
+    kind = _checked_kind(filename, data)
+    if kind == "pdf":
+        return kind, pdf_text(data)
+    return kind, _normalized(_decoded(data), kind)
+
+
+def _checked_kind(filename: str, data: bytes) -> str:
     kind = document_kind(filename)
     if (rejected := too_large(len(data))) is not None:
         raise rejected
     if not data.strip():
         raise DocumentRejected(_("빈 파일입니다. 내용이 있는 파일을 올려 주세요."))
-    text = _pdf_text(data) if kind == "pdf" else _decoded(data)
+    return kind
+
+
+def _normalized(text: str, kind: str) -> str:
     text = text.replace("\r\n", "\n").replace("\r", "\n").strip()
     if not text:
         if kind == "pdf":
@@ -69,7 +101,7 @@ def document_text(filename: str, data: bytes) -> tuple[str, str]:
                 _("PDF에서 글자를 찾지 못했습니다. 스캔한 이미지 PDF인가요? 텍스트가 들어 있는 PDF를 올려 주세요.")
             )
         raise DocumentRejected(_("빈 파일입니다. 내용이 있는 파일을 올려 주세요."))
-    return kind, text
+    return text
 
 
 def _decoded(data: bytes) -> str:
@@ -95,21 +127,47 @@ def _decoded(data: bytes) -> str:
     return text
 
 
-def _pdf_text(data: bytes) -> str:
-    from pypdf import PdfReader
+def pdf_text(data: bytes, *, max_pages: int | None = None, timeout_s: float | None = None) -> str:
+    """A PDF's text, read by a child process that is killed after ``timeout_s``.
 
-    # pypdf reports recoverable damage as log warnings; the outcome decides here.
-    logging.getLogger("pypdf").setLevel(logging.ERROR)
+    More than ``max_pages`` pages, an encrypted or damaged file, no text at all, or
+    running out of time: ``DocumentRejected`` with the reason. Defaults are the
+    ``PDF_MAX_PAGES`` and ``PDF_TIMEOUT_S`` settings.
+    """
+    max_pages = int(settings.PDF_MAX_PAGES) if max_pages is None else max_pages
+    timeout_s = float(settings.PDF_TIMEOUT_S) if timeout_s is None else timeout_s
     try:
-        reader = PdfReader(io.BytesIO(data))
-        if reader.is_encrypted and not reader.decrypt(""):
-            raise DocumentRejected(_("암호가 걸린 PDF입니다. 암호를 해제한 PDF를 올려 주세요."))
-        pages = [page.extract_text() or "" for page in reader.pages]
-    except DocumentRejected:
-        raise
-    except Exception as exc:  # pypdf raises many types for one outcome: an unreadable file
+        done = subprocess.run(
+            [*PDF_COMMAND, str(max_pages)],
+            input=data,
+            capture_output=True,
+            timeout=timeout_s,
+            cwd=PROJECT_DIR,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
         raise DocumentRejected(
-            _("PDF를 읽을 수 없습니다. 파일이 손상되었거나 PDF가 아닙니다 (%(detail)s).")
-            % {"detail": f"{type(exc).__name__}: {exc}"[:200]}
-        ) from exc
-    return "\n\n".join(page.strip() for page in pages if page.strip())
+            _("PDF를 읽는 데 %(seconds)d초가 넘게 걸려 멈췄습니다. 더 작은 PDF로 나누어 올려 주세요.")
+            % {"seconds": timeout_s}
+        ) from None
+    try:
+        answer: dict[str, Any] = json.loads(done.stdout)
+    except ValueError:
+        stderr = done.stderr.decode(errors="replace").strip().splitlines()
+        raise _unreadable_pdf(f"exit code {done.returncode}: {stderr[-1] if stderr else ''}"[:200]) from None
+    if answer.get("error") == "encrypted":
+        raise DocumentRejected(_("암호가 걸린 PDF입니다. 암호를 해제한 PDF를 올려 주세요."))
+    if answer.get("error") == "pages":
+        raise DocumentRejected(
+            _("PDF가 너무 깁니다 (%(pages)d쪽). 최대 %(limit)d쪽까지 읽습니다. 나누어 올려 주세요.")
+            % {"pages": answer.get("pages", 0), "limit": max_pages}
+        )
+    if "text" not in answer:
+        raise _unreadable_pdf(str(answer.get("detail", "")))
+    return _normalized(str(answer["text"]), "pdf")
+
+
+def _unreadable_pdf(detail: str) -> DocumentRejected:
+    return DocumentRejected(
+        _("PDF를 읽을 수 없습니다. 파일이 손상되었거나 PDF가 아닙니다 (%(detail)s).") % {"detail": detail}
+    )

@@ -3,6 +3,9 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
+# The shared chapter's collection; a user's is ``user-<id>``, a class's ``class-<id>``.
+CHAPTER_COLLECTION = "chapter"
+
 
 class IndexedSource(models.Model):
     """What the vector store holds for one source text at one chunk size."""
@@ -21,7 +24,7 @@ class IndexedSource(models.Model):
 
 
 class Document(models.Model):
-    """A learner's or instructor's uploaded text, ingested into their own collection."""
+    """An uploaded file, ingested into its owner's collection or (uploaded by an instructor) a class's."""
 
     class Status(models.TextChoices):
         QUEUED = "queued", "queued"
@@ -36,11 +39,15 @@ class Document(models.Model):
     kind = models.CharField(max_length=8)  # txt, md, pdf
     size_bytes = models.PositiveIntegerField()
     text = models.TextField()  # extracted text: what gets chunked
+    # A PDF as uploaded, until the worker extracts its text (bounded in pages and time) and empties it.
+    raw = models.BinaryField(default=b"", editable=False)
     content_hash = models.CharField(max_length=64)
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.QUEUED)
     progress = models.PositiveSmallIntegerField(default=0)  # percent
     error = models.TextField(blank=True)
     chunk_counts = models.JSONField(default=dict)  # {"200": n, "500": n, "1000": n}
+    # When the reaper sent a long-queued document's task again (a broker restart loses queued tasks).
+    resent_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

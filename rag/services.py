@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import threading
 from collections.abc import Iterator
@@ -10,15 +11,19 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import PurePath
 
+from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import connection, transaction
-from django.db.models import QuerySet
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Count, QuerySet, Sum
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
-from rag import chunking, embeddings, vectorstore
+from rag import access, chunking, documents, embeddings, vectorstore
+from rag.documents import DocumentRejected
+from rag.models import CHAPTER_COLLECTION as CHAPTER_COLLECTION  # defined with the models, used from here
 from rag.models import Document, IndexedSource
 
-CHAPTER_COLLECTION = "chapter"
 # A running ingestion bumps its row's updated_at this often (embedding one chunk size of a
 # large file takes minutes); one silent for INGEST_STALE_S lost its worker.
 INGEST_HEARTBEAT_S = 10.0
@@ -106,42 +111,106 @@ class DocumentSuperseded(RuntimeError):
 
 
 def document_upload(
-    *, owner: AbstractBaseUser, collection: str, filename: str, kind: str, size_bytes: int, text: str
+    *,
+    owner: AbstractBaseUser,
+    collection: str,
+    filename: str,
+    kind: str,
+    size_bytes: int,
+    text: str,
+    raw: bytes = b"",
 ) -> Document:
-    """Save an upload and queue its ingestion; the same file name in a collection is replaced.
+    """Save an upload and queue its ingestion; the uploader's own file of that name is replaced.
 
-    The ingestion task is sent only after the transaction commits, so the worker
-    always finds the row (and the new text) it was sent for.
+    Refused with ``DocumentRejected`` and nothing saved when the owner may not upload
+    into ``collection`` (``access.may_upload_into``), when someone else's file has that
+    name there (``access.may_replace_document``) or past the owner's quota. A PDF comes
+    as ``raw`` bytes with no text yet: the worker reads it. The ingestion task is sent
+    only after the transaction commits, so the worker always finds the row (and the new
+    content) it was sent for.
     """
     from rag import tasks
 
-    digest = hashlib.sha256(text.encode()).hexdigest()
+    if not access.may_upload_into(owner, collection):
+        raise DocumentRejected(
+            _("이 자료 모음에는 올릴 수 없습니다. 수업 자료는 그 수업의 강사만 올릴 수 있으니 내 문서에 올려 주세요.")
+        )
     values = {
-        "owner": owner,
         "title": PurePath(filename).stem[:200] or filename[:200],
         "kind": kind,
         "size_bytes": size_bytes,
         "text": text,
-        "content_hash": digest,
+        "raw": raw,
+        "content_hash": hashlib.sha256(raw or text.encode()).hexdigest(),
         "status": Document.Status.QUEUED,
         "progress": 0,
         "error": "",
         "chunk_counts": {},
+        "resent_at": None,
     }
     with transaction.atomic():
-        document, _created = Document.objects.update_or_create(
-            collection=collection, filename=filename, defaults=values
-        )
+        # One upload per owner at a time, so the quota counts every committed upload.
+        get_user_model()._default_manager.select_for_update().filter(pk=owner.pk).first()
+        same_name = Document.objects.select_for_update().filter(collection=collection, filename=filename)
+        existing = same_name.only("pk", "owner").first()
+        if existing is not None and not access.may_replace_document(owner, existing):
+            raise _name_taken(filename)
+        _check_quota(owner=owner, replacing=existing, size_bytes=size_bytes)
+        try:
+            with transaction.atomic():
+                document, _created = Document.objects.update_or_create(
+                    collection=collection, filename=filename, owner_id=owner.pk, defaults=values
+                )
+        except IntegrityError:  # someone else's upload of that name committed meanwhile
+            raise _name_taken(filename) from None
         transaction.on_commit(lambda: tasks.document_ingest.delay(document.pk))
     return document
 
 
-def document_ingest(*, document: Document, sizes: tuple[int, ...] = chunking.CHUNK_SIZES) -> Document:
-    """Index a document at every chunk size, saving progress after each; all or nothing.
+def _name_taken(filename: str) -> DocumentRejected:
+    return DocumentRejected(
+        _(
+            "이 자료 모음에는 다른 사람이 올린 같은 이름의 파일(%(name)s)이 이미 있습니다. "
+            "파일 이름을 바꿔서 올려 주세요."
+        )
+        % {"name": filename}
+    )
 
-    A failure removes whatever this run wrote for the document's source and marks
-    it FAILED with the reason. A re-upload during the run supersedes it: the run
-    stops and the newer task (already queued) does the work.
+
+def _check_quota(*, owner: AbstractBaseUser, replacing: Document | None, size_bytes: int) -> None:
+    """``DocumentRejected`` past DOCUMENTS_MAX_PER_USER files or DOCUMENTS_MAX_MB_PER_USER MB of one owner's
+    documents in all collections (the file being replaced not counted)."""
+    kept = Document.objects.filter(owner_id=owner.pk)
+    if replacing is not None:
+        kept = kept.exclude(pk=replacing.pk)
+    totals = kept.aggregate(count=Count("pk"), size=Sum("size_bytes"))
+    most = int(settings.DOCUMENTS_MAX_PER_USER)
+    if totals["count"] >= most:
+        raise DocumentRejected(
+            _(
+                "문서가 이미 %(count)d개입니다. 한 사람이 올릴 수 있는 문서는 %(limit)d개까지이니, "
+                "쓰지 않는 문서를 지운 뒤 올려 주세요."
+            )
+            % {"count": totals["count"], "limit": most}
+        )
+    used, limit_mb = totals["size"] or 0, int(settings.DOCUMENTS_MAX_MB_PER_USER)
+    if used + size_bytes > limit_mb * 1024 * 1024:
+        raise DocumentRejected(
+            _(
+                "문서 용량이 모자랍니다: 지금 %(used).1f MB를 쓰고 있어 이 파일(%(size).1f MB)을 더하면 "
+                "한 사람당 한도 %(limit)d MB를 넘습니다. 쓰지 않는 문서를 지운 뒤 올려 주세요."
+            )
+            % {"used": used / (1024 * 1024), "size": size_bytes / (1024 * 1024), "limit": limit_mb}
+        )
+
+
+def document_ingest(*, document: Document, sizes: tuple[int, ...] = chunking.CHUNK_SIZES) -> Document:
+    """Read a PDF's text, then index the document at every chunk size, saving progress after each; all or nothing.
+
+    A failure (a PDF over PDF_MAX_PAGES or PDF_TIMEOUT_S included) removes whatever
+    this run wrote for the document's source and marks it FAILED with the reason. A
+    re-upload during the run supersedes it: the run stops and the newer task (already
+    queued) does the work.
     """
     current = Document.objects.filter(pk=document.pk, content_hash=document.content_hash)
     started = current.update(
@@ -153,6 +222,7 @@ def document_ingest(*, document: Document, sizes: tuple[int, ...] = chunking.CHU
     counts: dict[str, int] = {}
     try:
         with _beating(current):
+            document = _with_text(document, current)
             for done, size in enumerate(sizes, start=1):
                 _touched, counts[str(size)] = source_index(
                     collection=document.collection,
@@ -176,13 +246,24 @@ def document_ingest(*, document: Document, sizes: tuple[int, ...] = chunking.CHU
         else:
             _source_remove(collection=document.collection, source=document.source)
     except Exception as exc:
-        reason = f"{type(exc).__name__}: {exc}"
+        reason = exc.reason if isinstance(exc, DocumentRejected) else f"{type(exc).__name__}: {exc}"
         try:
             _source_remove(collection=document.collection, source=document.source)
         except Exception as cleanup:  # Chroma is down: the next ingestion replaces what is left
             reason += f" (cleanup failed: {type(cleanup).__name__}: {cleanup})"
         current.update(status=Document.Status.FAILED, progress=0, error=reason[:2000], chunk_counts={})
     return _document_refreshed(document)
+
+
+def _with_text(document: Document, current: QuerySet[Document]) -> Document:
+    """The document with its text: a PDF's is read here, in the worker, and saved in place of its bytes."""
+    if document.kind != "pdf" or document.text:
+        return document
+    text = documents.pdf_text(bytes(document.raw))
+    if not current.update(text=text, raw=b"", updated_at=timezone.now()):
+        raise DocumentSuperseded(document.source)
+    document.text, document.raw = text, b""
+    return document
 
 
 @contextlib.contextmanager
@@ -211,11 +292,12 @@ def documents_reap_stale() -> int:
     """Ingestions silent for INGEST_STALE_S lost their worker: failed with the reason, partial chunks removed.
 
     A killed worker's task is redelivered only after the broker's visibility timeout
-    (hours), so without this the row would say "ingesting" until then. Called by the
-    document pages; returns how many were reaped.
+    (hours), so without this the row would say "ingesting" until then. A document
+    queued too long is sent again once, then failed (``_queued_resend_or_fail``).
+    Called by the document pages; returns how many were failed.
     """
+    reaped = _queued_resend_or_fail()
     cutoff = timezone.now() - timedelta(seconds=INGEST_STALE_S)
-    reaped = 0
     for document in Document.objects.filter(status=Document.Status.INGESTING, updated_at__lt=cutoff).only(
         "pk", "collection", "updated_at", "progress"
     ):
@@ -232,6 +314,28 @@ def documents_reap_stale() -> int:
         except vectorstore.RetrievalUnavailable as exc:  # the next ingestion replaces what is left
             Document.objects.filter(pk=document.pk).update(error=f"{reason} (cleanup failed: {exc})"[:2000])
     return reaped
+
+
+def _queued_resend_or_fail() -> int:
+    """A document queued for DOCUMENT_QUEUED_STALE_S has lost its task (a broker restart drops
+    queued tasks): it is sent once more (ingestion is idempotent), and failed with the reason
+    if it is still queued that long after. Returns how many were failed."""
+    from rag import tasks
+
+    stale_s = int(settings.DOCUMENT_QUEUED_STALE_S)
+    cutoff = timezone.now() - timedelta(seconds=stale_s)
+    queued = Document.objects.filter(status=Document.Status.QUEUED)
+    waiting = queued.filter(resent_at=None, updated_at__lt=cutoff)
+    for pk in waiting.values_list("pk", flat=True):
+        if waiting.filter(pk=pk).update(resent_at=timezone.now()):  # one page sends it, once
+            transaction.on_commit(functools.partial(tasks.document_ingest.delay, pk))
+    reason = _(
+        "색인 작업이 시작되지 않았습니다: %(seconds)d초 넘게 대기 중이어서 한 번 더 보냈지만 그래도 시작되지 "
+        "않았습니다 (작업 대기열이 재시작되었을 수 있습니다). 파일을 다시 올려 주세요."
+    ) % {"seconds": stale_s}
+    return queued.filter(resent_at__lt=cutoff).update(
+        status=Document.Status.FAILED, progress=0, error=reason, chunk_counts={}
+    )
 
 
 def document_delete(*, document: Document) -> None:

@@ -23,12 +23,12 @@ from rag.access import (
     CollectionRef,
     collection_resolve,
     collections_for,
-    document_collections,
     document_for,
     documents_visible,
     may_manage_document,
+    upload_collections,
 )
-from rag.documents import ALLOWED_LABEL, MAX_LABEL, DocumentRejected, document_kind, document_text, too_large
+from rag.documents import ALLOWED_LABEL, MAX_LABEL, DocumentRejected, document_kind, too_large, upload_text
 from rag.models import Document, IndexedSource
 from rag.vectorstore import RetrievalUnavailable
 from rag.vllm import client as vllm_client
@@ -53,7 +53,8 @@ class Upload:
     filename: str
     kind: str
     size_bytes: int
-    text: str
+    text: str  # "" for a PDF: the worker reads it from ``raw``
+    raw: bytes
 
 
 class DocumentUploadForm(forms.Form):
@@ -67,7 +68,7 @@ class DocumentUploadForm(forms.Form):
 
     def __init__(self, *args: Any, user: AbstractBaseUser | AnonymousUser, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.refs = {ref.key: ref for ref in document_collections(user)}
+        self.refs = {ref.key: ref for ref in upload_collections(user)}
         field = cast(forms.ChoiceField, self.fields["collection"])
         field.choices = [(key, ref.label) for key, ref in self.refs.items()]
         self.upload: Upload | None = None
@@ -79,10 +80,12 @@ class DocumentUploadForm(forms.Form):
             document_kind(filename)  # before reading: a wrong type is rejected whatever its size
             if (rejected := too_large(uploaded.size or 0)) is not None:
                 raise rejected
-            kind, text = document_text(filename, uploaded.read())
+            data = uploaded.read()
+            kind, text = upload_text(filename, data)
         except DocumentRejected as exc:
             raise forms.ValidationError(exc.reason, code="rejected") from exc
-        self.upload = Upload(filename=filename, kind=kind, size_bytes=uploaded.size or 0, text=text)
+        raw = data if kind == "pdf" else b""
+        self.upload = Upload(filename=filename, kind=kind, size_bytes=len(data), text=text, raw=raw)
         return uploaded
 
     def collection_ref(self) -> CollectionRef:
@@ -91,7 +94,7 @@ class DocumentUploadForm(forms.Form):
 
 def _rows_context(user: AbstractBaseUser) -> dict[str, Any]:
     services.documents_reap_stale()  # a lost worker's document does not say "ingesting" for hours
-    documents = list(Document.objects.filter(collection__in=documents_visible(user)).defer("text"))
+    documents = list(Document.objects.filter(collection__in=documents_visible(user)).defer("text", "raw"))
     labels = {ref.name: ref.label for ref in collections_for(user)}
     for document in documents:
         document.collection_label = labels.get(document.collection, document.collection)  # type: ignore[attr-defined]
@@ -109,16 +112,23 @@ def document_list(request: HttpRequest) -> HttpResponse:
         form = DocumentUploadForm(user=user)
     if form.is_bound and form.is_valid() and form.upload is not None:
         upload = form.upload
-        services.document_upload(
-            owner=user,
-            collection=form.collection_ref().name,
-            filename=upload.filename,
-            kind=upload.kind,
-            size_bytes=upload.size_bytes,
-            text=upload.text,
-        )
-        messages.success(request, _("%(name)s을(를) 올렸습니다. 색인이 끝나면 검색됩니다.") % {"name": upload.filename})
-        return redirect("document_list")
+        try:
+            services.document_upload(
+                owner=user,
+                collection=form.collection_ref().name,
+                filename=upload.filename,
+                kind=upload.kind,
+                size_bytes=upload.size_bytes,
+                text=upload.text,
+                raw=upload.raw,
+            )
+        except DocumentRejected as exc:  # not theirs to add to or replace, or over their quota
+            form.add_error(None, exc.reason)
+        else:
+            messages.success(
+                request, _("%(name)s을(를) 올렸습니다. 색인이 끝나면 검색됩니다.") % {"name": upload.filename}
+            )
+            return redirect("document_list")
     context = {"form": form, "allowed": ALLOWED_LABEL, "max_size": MAX_LABEL, **_rows_context(user)}
     return render(request, "rag/documents.html", context)
 

@@ -19,6 +19,7 @@ from django.conf import settings
 
 from labapp.ops.stack.__main__ import port_in_use
 from tests import harness
+from tests.csp_watch import CspWatchingBrowser
 
 ROOT = Path(__file__).resolve().parent.parent
 _services: dict[str, harness.Service] = {}
@@ -212,8 +213,17 @@ def full_stack(
     return web_server
 
 
+@pytest.fixture
+def browser(chromium: object) -> Iterator[object]:
+    """The session's Chromium, failing the test on any Content-Security-Policy violation a page reports."""
+    watching = CspWatchingBrowser(chromium)
+    yield watching
+    if watching.violations:
+        pytest.fail("Content-Security-Policy violations:\n" + "\n".join(watching.violations), pytrace=False)
+
+
 @pytest.fixture(scope="session")
-def browser() -> Iterator[object]:
+def chromium() -> Iterator[object]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:

@@ -33,6 +33,9 @@ if "LAB_TEST_DATA_DIR" not in os.environ:
     # A running `make run` keeps its engine on 8200; the tests start their own.
     os.environ.setdefault("VLLM_PORT", str(free_port()))
     os.environ.setdefault("DATABASE_URL", f"sqlite:///{run_dir}/lab.sqlite3")
+    # The fault tests kill a component and read the status page at once: no reused probe results
+    # (tests/site/test_status.py turns the cache on to prove it).
+    os.environ.setdefault("STATUS_CACHE_S", "0")
 
 from labapp.settings import *  # noqa: E402, F403
 

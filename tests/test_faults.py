@@ -78,7 +78,7 @@ def ask(
 
     async def go() -> list[dict[str, Any]]:
         async with websockets.connect(
-            url, origin=Origin("http://localhost"), additional_headers={"Cookie": chat["cookie"]}, open_timeout=30
+            url, origin=Origin(chat["web"]), additional_headers={"Cookie": chat["cookie"]}, open_timeout=30
         ) as socket:
             await socket.send(json.dumps({"type": "ask", "id": "q", "question": question, "settings": chat_settings}))
             frames: list[dict[str, Any]] = []

@@ -107,7 +107,7 @@ def _ws_round_trip(url: str, origin: str) -> dict[str, object]:
 
 def test_a_websocket_round_trips_through_daphne_and_the_channel_layer(web_server: str) -> None:
     url = web_server.replace("http://", "ws://") + "/ws/ping/"
-    reply = _ws_round_trip(url, origin="http://localhost")
+    reply = _ws_round_trip(url, origin=web_server)  # the site's own origin: scheme, host and port
     assert reply == {"type": "pong", "sent": 1.5, "via": "channel layer", "server_received": reply["server_received"]}
 
 
@@ -121,7 +121,7 @@ def test_a_websocket_gets_a_clear_error_for_a_bad_message(web_server: str) -> No
     url = web_server.replace("http://", "ws://") + "/ws/ping/"
 
     async def go() -> dict[str, object]:
-        async with websockets.connect(url, origin=Origin("http://localhost")) as socket:
+        async with websockets.connect(url, origin=Origin(web_server)) as socket:
             await socket.send(json.dumps({"type": "hello"}))
             return dict(json.loads(await asyncio.wait_for(socket.recv(), 10)))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from rag.vllm import server_metrics
 from rag.vllm.records import RequestRecord
 
 
@@ -47,6 +48,15 @@ def cell_summary(records: list[RequestRecord], **fields: Any) -> dict[str, Any]:
         "decode_speed": med([r.decode_speed or None for r in ok]),
         "requests": [request_row(r) for r in records],
     }
+
+
+def watched_cell(cell: dict[str, Any], server: dict[str, Any], *, own: float = 1) -> dict[str, Any]:
+    """The cell with the engine's /metrics around it (``server``) and whether other traffic ran on
+    the engine meanwhile: ``disturbed`` when it held more requests than the cell's ``own`` in flight
+    (1 for a cell sent one request at a time), ``extra_requests`` the most beyond them; both None
+    when /metrics could not be sampled."""
+    extra = server_metrics.extra_requests(server, own)
+    return cell | {"server": server, "disturbed": None if extra is None else extra > 0, "extra_requests": extra}
 
 
 def line_fit(xs: list[float], ys: list[float]) -> dict[str, float] | None:

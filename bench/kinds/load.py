@@ -16,7 +16,7 @@ from django.utils.translation import gettext_lazy
 
 from bench import charts, configs, runner
 from bench.kinds import rag_work, registry
-from bench.kinds.cells import request_row
+from bench.kinds.cells import request_row, watched_cell
 from bench.kinds.checks import Check, all_ok, done_cells
 from bench.kinds.registry import Field, Runs
 from bench.kinds.session import CLIENT_TIMEOUT_S, keeps_partial, warm_up
@@ -192,7 +192,6 @@ def level_cell(config: LoadConfig, level: float, run: runner.RunResult, server: 
         "input_tokens": config.input_tokens,
         "output_tokens": config.output_tokens,
         "errors": [r.error for r in run.records if r.error],
-        "server": server,
         "run_started": run.started,
         "requests": [request_row(r) for r in run.records],
     }
@@ -201,7 +200,9 @@ def level_cell(config: LoadConfig, level: float, run: runner.RunResult, server: 
         summary["request_throughput"]
         and summary["request_goodput"] >= config.meets_share * summary["request_throughput"]
     )
-    return cell
+    # The level's own requests in flight: its concurrency, or (at a request rate) the most it had at once.
+    own = int(level) if config.mode == "concurrency" else run.max_concurrent
+    return watched_cell(cell, server, own=own)
 
 
 def summary(cells: list[dict[str, Any]], config: LoadConfig) -> dict[str, Any]:
@@ -302,6 +303,46 @@ def report_lines(results: dict[str, Any]) -> list[str]:
     return [f"highest load meeting the SLO {results.get('slo')}: {results.get('best_level')}"]
 
 
+MIN_LEVELS = 3
+MINIMUMS = gettext_lazy("부하 단계 3개 이상, SLO는 기본값(TTFT ≤ 3000 ms, TPOT ≤ 200 ms) 또는 그보다 엄격하게")
+
+
+def missing(config: LoadConfig, results: dict[str, Any]) -> list[str]:
+    """Lab 3 finds the highest load under the default SLO or a stricter one, over at least ``MIN_LEVELS`` levels."""
+    default = LoadConfig()
+    lacking = []
+    for what, given, most in (
+        ("TTFT", config.slo_ttft_ms, default.slo_ttft_ms),
+        ("TPOT", config.slo_tpot_ms, default.slo_tpot_ms),
+    ):
+        if given > most:
+            lacking.append(
+                _("%(what)s SLO %(most)g ms 이하 (지금 %(now)g ms)") % {"what": what, "most": most, "now": given}
+            )
+    if len(config.levels) < MIN_LEVELS:
+        lacking.append(_("부하 단계 %(least)d개 이상 (지금 %(n)d개)") % {"least": MIN_LEVELS, "n": len(config.levels)})
+    return lacking
+
+
+def _g(value: float | None) -> str:
+    return "—" if value is None else f"{value:g}"
+
+
+def _slo_check(r: dict[str, Any]) -> Check:
+    """The highest level meeting the SLO counts only under the default SLO or a stricter one."""
+    default, slo, best = LoadConfig(), r.get("slo") or {}, r.get("best_level")
+    ttft, tpot = slo.get("ttft_ms"), slo.get("tpot_ms")
+    strict = ttft is not None and tpot is not None and ttft <= default.slo_ttft_ms and tpot <= default.slo_tpot_ms
+    shown = _("%(best)s (TTFT ≤ %(ttft)s ms, TPOT ≤ %(tpot)s ms)") % {"best": best, "ttft": _g(ttft), "tpot": _g(tpot)}
+    if not strict:
+        shown = _("SLO가 기본(TTFT ≤ %(ttft)g ms, TPOT ≤ %(tpot)g ms)보다 느슨하거나 없음: %(shown)s") % {
+            "ttft": default.slo_ttft_ms,
+            "tpot": default.slo_tpot_ms,
+            "shown": shown,
+        }
+    return Check(_("SLO를 지키는 가장 높은 부하를 찾음"), strict and best is not None, shown)
+
+
 def checks(r: dict[str, Any]) -> list[Check]:
     measured = done_cells(r)
     first, last = (measured[0], measured[-1]) if measured else ({}, {})
@@ -317,7 +358,7 @@ def checks(r: dict[str, Any]) -> list[Check]:
             len(measured) > 1 and (last.get("median_tpot_ms") or 0) > (first.get("median_tpot_ms") or 0),
             f"{first.get('median_tpot_ms') or 0:.1f} → {last.get('median_tpot_ms') or 0:.1f} ms",
         ),
-        Check(_("SLO를 지키는 가장 높은 부하를 찾음"), r.get("best_level") is not None, str(r.get("best_level"))),
+        _slo_check(r),
     ]
 
 
@@ -336,6 +377,12 @@ KIND = registry.register(
         cell_line=cell_line,
         report_lines=report_lines,
         sequential=False,
-        lab=registry.LabChecks(3, checks, (("best level", "best_level"), ("peak tok/s", "peak_output_throughput"))),
+        lab=registry.LabChecks(
+            3,
+            checks,
+            (("best level", "best_level"), ("peak tok/s", "peak_output_throughput")),
+            missing=missing,
+            minimums=MINIMUMS,
+        ),
     )
 )

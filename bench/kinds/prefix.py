@@ -16,7 +16,7 @@ from django.utils.translation import gettext_lazy
 
 from bench import charts, runner
 from bench.kinds import rag_work, registry, speed
-from bench.kinds.cells import cell_summary
+from bench.kinds.cells import cell_summary, watched_cell
 from bench.kinds.checks import Check, all_ok, done_cells
 from bench.kinds.registry import Field, Runs
 from bench.kinds.session import CLIENT_TIMEOUT_S, Session, keeps_partial, warm_up
@@ -76,7 +76,7 @@ def cells_of(measured: Measured) -> list[dict[str, Any]]:
         if not sent:
             continue
         records = [record for record, _server in sent]
-        cell = cell_summary(records, cell=name, server=server_metrics.merged([server for _record, server in sent]))
+        cell = watched_cell(cell_summary(records, cell=name), server_metrics.merged([s for _r, s in sent]))
         prompt_total = sum(r.prompt_tokens or 0 for r in records if r.success)
         cached_total = sum(r.cached_tokens or 0 for r in records if r.success)
         cell["hit_rate"] = cached_total / prompt_total if prompt_total else None
@@ -152,6 +152,19 @@ def report_lines(results: dict[str, Any]) -> list[str]:
     ]
 
 
+MINIMUMS = gettext_lazy("문맥 1개 이상, 그 문맥의 네 칸(콜드, 웜, 다른 질문, 청크 순서 바꿈) 모두")
+
+
+def missing(config: PrefixConfig, results: dict[str, Any]) -> list[str]:
+    """Lab 5 compares four asks of one context: at least one context, each of the four measured."""
+    lacking = [] if config.contexts >= 1 else [_("문맥 1개 이상")]
+    measured = {c.get("cell") for c in done_cells(results)}
+    absent = [case_names()[name] for name in CASES if name not in measured]
+    if absent:
+        lacking.append(_("네 칸 모두 (빠진 칸: %(cells)s)") % {"cells": ", ".join(absent)})
+    return lacking
+
+
 def checks(r: dict[str, Any]) -> list[Check]:
     by = {c["cell"]: c for c in done_cells(r)}
     cold, warm = by.get("cold", {}), by.get("warm", {})
@@ -188,6 +201,12 @@ KIND = registry.register(
         summary_template="bench/kinds/prefix.html",
         cell_line=cell_line,
         report_lines=report_lines,
-        lab=registry.LabChecks(5, checks, (("warm speed-up", "warm_speedup"), ("cache reset", "cache_reset"))),
+        lab=registry.LabChecks(
+            5,
+            checks,
+            (("warm speed-up", "warm_speedup"), ("cache reset", "cache_reset")),
+            missing=missing,
+            minimums=MINIMUMS,
+        ),
     )
 )

@@ -21,7 +21,7 @@ from django.utils.functional import Promise
 from django.utils.translation import gettext as _
 
 from bench import configs
-from bench.kinds.checks import Check, key_numbers
+from bench.kinds.checks import Check, disturbed_cells, key_numbers, settings_check, undisturbed
 
 Text = str | Promise  # a label: usually gettext_lazy, read when shown in the user's language
 Runs = list[tuple[str, dict[str, Any]]]  # (job name, its results), one entry per job drawn
@@ -102,16 +102,39 @@ def _number(value: float) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
+def _nothing_missing(config: Any, results: dict[str, Any]) -> list[str]:
+    return []
+
+
 @dataclass(frozen=True)
 class LabChecks:
-    """The lab a kind serves: its number, its auto-checks and its key numbers (label, dotted path)."""
+    """The lab a kind serves: its number, its auto-checks, its key numbers (label, dotted path)
+    and its minimum settings.
+
+    ``checks(results)`` are the lab's own checks. ``missing(config, results)`` names what a
+    run lacks of the lab's minimums (its typed config, and what its results show was measured,
+    e.g. every variant over the same questions); ``minimums`` says them in words on the lab
+    page. ``all_checks`` adds the two checks every lab has: the settings meet the minimums, and
+    no other traffic ran on the engine while a cell was measured.
+    """
 
     number: int
     checks: Callable[[dict[str, Any]], list[Check]]
     keys: tuple[tuple[str, str], ...] = ()
+    missing: Callable[[Any, dict[str, Any]], list[str]] = _nothing_missing
+    minimums: Text = ""
 
     def key_numbers(self, results: dict[str, Any]) -> dict[str, Any]:
         return key_numbers(results, self.keys)
+
+    def lacking(self, results: dict[str, Any], config: Any | None) -> list[str]:
+        """What the run lacks of the minimums; a config that no longer reads (None) lacks readable settings."""
+        if config is None:
+            return [_("읽을 수 있는 설정 (저장된 설정을 지금의 규칙으로 읽지 못함)")]
+        return self.missing(config, results)
+
+    def all_checks(self, results: dict[str, Any], config: Any | None) -> list[Check]:
+        return [*self.checks(results), settings_check(self.lacking(results, config)), undisturbed(results)]
 
 
 @dataclass(frozen=True)
@@ -178,6 +201,25 @@ class JobKind:
 
     def checked_length(self, config: Any, max_model_len: int) -> None:
         (self.check_length or length_check)(config, max_model_len)
+
+    def saved_config(self, raw: dict[str, Any]) -> Any | None:
+        """The typed config of a job's saved settings (``BenchJob.config``); None when they no longer read."""
+        try:
+            return self.config(raw)
+        except configs.ConfigError:
+            return None
+
+    def lab_checks(self, results: dict[str, Any], raw: dict[str, Any]) -> list[Check]:
+        """The lab's checks of a finished job: its results and its saved settings ``raw``."""
+        return self.lab.all_checks(results, self.saved_config(raw)) if self.lab else []
+
+    def lab_missing(self, results: dict[str, Any], raw: dict[str, Any]) -> list[str]:
+        """What a job (its results, its saved settings) lacks of its lab's minimum settings."""
+        return self.lab.lacking(results, self.saved_config(raw)) if self.lab else []
+
+    def disturbed(self, results: dict[str, Any]) -> list[tuple[str, float]]:
+        """(cell name, most requests beyond its own) of each cell during which other traffic ran on the engine."""
+        return disturbed_cells(results, self.cell_name)
 
 
 def read_fields(config_type: type[Any], fields: tuple[Field, ...], raw: dict[str, Any]) -> dict[str, Any]:

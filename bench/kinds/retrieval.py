@@ -17,7 +17,7 @@ from django.utils.translation import gettext_lazy
 
 from bench import charts, configs, runner
 from bench.kinds import rag_work, registry, speed
-from bench.kinds.cells import cell_summary, line_fit, median, share
+from bench.kinds.cells import cell_summary, line_fit, median, share, watched_cell
 from bench.kinds.checks import Check, all_ok, done_cells
 from bench.kinds.registry import Field, Runs
 from bench.kinds.session import CLIENT_TIMEOUT_S, Session, keeps_partial, warm_up
@@ -25,6 +25,7 @@ from bench.reporting import Reporter
 from bench.workloads import RagPrompt, nonce_line
 from rag.chunking import CHUNK_SIZES
 from rag.vllm import client as vllm_client
+from rag.vllm import server_metrics
 from rag.vllm.records import RequestRecord
 
 
@@ -81,13 +82,15 @@ async def measure_cell(
     records: list[RequestRecord] = []
     answers = []
     context_tokens: list[float] = []
+    servers: list[dict[str, Any]] = []
     for number, prompt in enumerate(prompts):
         nonce = nonce_line(config.seed, size, top_k, number)
         spec = runner.RequestSpec(
             prompt=nonce + prompt.text, max_tokens=config.max_tokens, ignore_eos=False, stop=prompt.stop
         )
-        record, _server = await session.send(spec, label(size, top_k))
+        record, server = await session.send(spec, label(size, top_k))
         records.append(record)
+        servers.append(server)
         if record.prompt_tokens is not None:
             (zero,) = await vllm_client.count_tokens(
                 [nonce + bare[number].text], model=session.model, client=session.http
@@ -96,7 +99,7 @@ async def measure_cell(
         answers.append(rag_work.answer(prompt, record))
         if session.cancelled:
             break
-    return cell_summary(
+    cell = cell_summary(
         records,
         chunk_size=size,
         top_k=top_k,
@@ -107,6 +110,7 @@ async def measure_cell(
         evidence_retrieved=share([p.evidence_retrieved for p in prompts]),
         answer_coverage=median([a["coverage"] for a in answers]),
     )
+    return watched_cell(cell, server_metrics.merged(servers))
 
 
 def fits(cells: list[dict[str, Any]]) -> dict[str, Any]:
@@ -192,6 +196,22 @@ def cell_line(cell: dict[str, Any]) -> str:
     return f"{speed.latency_line(cell_name(cell), cell)}, {context}"
 
 
+MIN_VALUES = 2
+MINIMUMS = gettext_lazy("top-k 값 2개 이상과 청크 크기 2개 이상")
+
+
+def missing(config: RetrievalConfig, results: dict[str, Any]) -> list[str]:
+    """Lab 4 draws a line per chunk size over top-k: at least two of each."""
+    lacking = []
+    for what, values in (("top-k", config.top_ks), (_("청크 크기"), config.chunk_sizes)):
+        if len(set(values)) < MIN_VALUES:
+            lacking.append(
+                _("%(what)s %(least)d개 이상 (지금 %(n)d개)")
+                % {"what": what, "least": MIN_VALUES, "n": len(set(values))}
+            )
+    return lacking
+
+
 def checks(r: dict[str, Any]) -> list[Check]:
     found = {size: fit for size, fit in (r.get("fits") or {}).items() if fit}
     tpots = [c["median_tpot_ms"] for c in done_cells(r) if c.get("median_tpot_ms")]
@@ -267,7 +287,11 @@ KIND = registry.register(
         cell_name=cell_name,
         cell_line=cell_line,
         lab=registry.LabChecks(
-            4, checks, (("ms/token (500)", "fits.500.slope"), ("ms/token (1000)", "fits.1000.slope"))
+            4,
+            checks,
+            (("ms/token (500)", "fits.500.slope"), ("ms/token (1000)", "fits.1000.slope")),
+            missing=missing,
+            minimums=MINIMUMS,
         ),
         class_chart=registry.ClassChart("ttft_vs_context", "class-ttft", class_points, class_figure),
     )

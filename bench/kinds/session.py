@@ -1,7 +1,8 @@
 """The measuring loop of the kinds that send one request at a time (all but the load sweep).
 
 A ``Session`` sends each request on its own, watches the engine's /metrics around
-it (or around a whole cell), and reports progress after every request, counting
+it (or around a whole cell: ``cells.watched_cell`` marks a cell during which other
+traffic ran on the engine), and reports progress after every request, counting
 toward the job's total; once the reporter says stop it is ``cancelled`` and the
 kind returns what it measured. ``measure_shapes`` is that loop over token-exact
 synthetic prompts (Labs 1 and 2).
@@ -18,7 +19,7 @@ import httpx
 from django.utils.translation import gettext as _
 
 from bench import runner
-from bench.kinds.cells import cell_summary
+from bench.kinds.cells import cell_summary, watched_cell
 from bench.reporting import Reporter
 from bench.workloads import synthetic_prompts
 from rag.vllm import client as vllm_client
@@ -131,7 +132,7 @@ async def measure_shapes(
                 specs = [runner.RequestSpec(prompt=p, max_tokens=shape.output_tokens) for p in prompts]
                 records, server = await session.send_all(specs, shape.label)
                 fields = {"input_tokens": shape.input_tokens, "output_tokens": shape.output_tokens}
-                cells.append(cell_summary(records, **fields) | dict(shape.tags) | {"server": server})
+                cells.append(watched_cell(cell_summary(records, **fields) | dict(shape.tags), server))
                 await reporter.partial({"cells": cells, "partial": True})
                 if session.cancelled:
                     break

@@ -175,6 +175,22 @@ def checks(r: dict[str, Any]) -> list[Check]:
     ]
 
 
+MINIMUMS = gettext_lazy("추정표의 세 모양(100/50, 1500/50, 100/500)과 처음 보는 모양 800/100: 기본 모양 그대로")
+
+
+def _shape(shape: Any) -> tuple[int, int]:
+    return int(shape[0]), int(shape[1])
+
+
+def missing(config: SpeedConfig, results: dict[str, Any]) -> list[str]:
+    """Lab 1 measures the estimator table's shapes and checks the estimate on the unseen one."""
+    shapes = {_shape(shape) for shape in config.shapes}
+    lacking = [_("추정표의 모양 %(i)d/%(o)d") % {"i": i, "o": o} for i, o in SPEED_SHAPES if (i, o) not in shapes]
+    if _shape(config.check) != CHECK_SHAPE:
+        lacking.append(_("처음 보는 모양 %(i)d/%(o)d") % {"i": CHECK_SHAPE[0], "o": CHECK_SHAPE[1]})
+    return lacking
+
+
 def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
@@ -239,6 +255,8 @@ KIND = registry.register(
                 ("decode tok/s", "decode_speed"),
                 ("estimate error %", "check.error_pct"),
             ),
+            missing=missing,
+            minimums=MINIMUMS,
         ),
         class_chart=registry.ClassChart("speeds", "class-speeds", class_points, class_figure),
     )

@@ -14,7 +14,7 @@ from django.utils.translation import gettext_lazy
 
 from bench.kinds import registry, speed
 from bench.kinds.cells import line_fit
-from bench.kinds.checks import Check, all_ok
+from bench.kinds.checks import Check, all_ok, done_cells
 from bench.kinds.registry import Field
 from bench.kinds.session import Shape, measure_shapes
 from bench.reporting import Reporter
@@ -23,9 +23,9 @@ from bench.reporting import Reporter
 @dataclass(frozen=True)
 class SweepConfig:
     repeats: int = 1
-    input_lengths: tuple[int, ...] = (100, 400, 800, 1600)
+    input_lengths: tuple[int, ...] = (100, 400, 800, 1200, 1600)
     fixed_output: int = 16
-    output_lengths: tuple[int, ...] = (16, 64, 128, 256)
+    output_lengths: tuple[int, ...] = (16, 64, 128, 192, 256)
     fixed_input: int = 100
     seed: int = 0
 
@@ -97,28 +97,52 @@ def report_lines(r: dict[str, Any]) -> list[str]:
     return lines
 
 
+MIN_POINTS = 5  # a line through fewer points fits them too well to say anything (two points: r² = 1)
+MINIMUMS = gettext_lazy("입력 길이 5개 이상과 출력 길이 5개 이상 (스윕마다 점 5개 이상)")
+
+
+def missing(config: SweepConfig, results: dict[str, Any]) -> list[str]:
+    """Lab 2 fits lines: each sweep needs at least ``MIN_POINTS`` lengths."""
+    lacking = []
+    for what, values in ((_("입력 길이"), config.input_lengths), (_("출력 길이"), config.output_lengths)):
+        if len(set(values)) < MIN_POINTS:
+            lacking.append(
+                _("%(what)s %(least)d개 이상 (지금 %(n)d개)")
+                % {"what": what, "least": MIN_POINTS, "n": len(set(values))}
+            )
+    return lacking
+
+
+def _points(r: dict[str, Any], sweep: str, key: str) -> int:
+    """How many distinct lengths of the sweep were measured (the points its line is fitted to)."""
+    return len({c.get(key) for c in done_cells(r) if c.get("sweep") == sweep})
+
+
+def _too_few(points: int) -> str:
+    return _("점이 %(n)d개뿐: 점 %(least)d개 이상에서만 판정") % {"n": points, "least": MIN_POINTS}
+
+
+def _fit_check(name: str, fit: dict[str, Any], points: int) -> Check:
+    """r² ≥ 0.95 with a rising line, counted only over at least ``MIN_POINTS`` points."""
+    if points < MIN_POINTS:
+        return Check(name, False, _too_few(points))
+    passed = (fit.get("r2") or 0) >= 0.95 and (fit.get("slope") or 0) > 0
+    return Check(name, passed, _("r² %(r2).3f, 점 %(n)d개") % {"r2": fit.get("r2") or 0, "n": points})
+
+
 def checks(r: dict[str, Any]) -> list[Check]:
     found = r.get("fits") or {}
     ttft, decode = found.get("ttft_vs_input") or {}, found.get("decode_vs_output") or {}
     tpots = [v for v in (found.get("tpot_by_input") or {}).values() if v]
     spread = max(tpots) / min(tpots) if tpots and min(tpots) > 0 else None
+    flat = _("짧은 문맥에서 TPOT는 입력 길이에 거의 무관 (최대/최소 ≤ 1.3)")
     return [
         all_ok(r),
-        Check(
-            _("입력 길이에 대한 TTFT 직선 r² ≥ 0.95"),
-            (ttft.get("r2") or 0) >= 0.95 and (ttft.get("slope") or 0) > 0,
-            f"r² {ttft.get('r2', 0):.3f}",
-        ),
-        Check(
-            _("출력 길이에 대한 디코드 시간 직선 r² ≥ 0.95"),
-            (decode.get("r2") or 0) >= 0.95 and (decode.get("slope") or 0) > 0,
-            f"r² {decode.get('r2', 0):.3f}",
-        ),
-        Check(
-            _("짧은 문맥에서 TPOT는 입력 길이에 거의 무관 (최대/최소 ≤ 1.3)"),
-            spread is not None and spread <= 1.3,
-            _("최대/최소 %(s).2f") % {"s": spread or 0},
-        ),
+        _fit_check(_("입력 길이에 대한 TTFT 직선 r² ≥ 0.95"), ttft, _points(r, "input", "input_tokens")),
+        _fit_check(_("출력 길이에 대한 디코드 시간 직선 r² ≥ 0.95"), decode, _points(r, "output", "output_tokens")),
+        Check(flat, False, _too_few(len(tpots)))
+        if len(tpots) < MIN_POINTS
+        else Check(flat, spread is not None and spread <= 1.3, _("최대/최소 %(s).2f") % {"s": spread or 0}),
     ]
 
 
@@ -142,6 +166,8 @@ KIND = registry.register(
                 ("TPOT ms", "fits.tpot_ms"),
                 ("TTFT r²", "fits.ttft_vs_input.r2"),
             ),
+            missing=missing,
+            minimums=MINIMUMS,
         ),
     )
 )

@@ -9,6 +9,7 @@ from django.shortcuts import render
 from django.utils import translation
 from django.views.decorators.http import require_GET
 
+from bench import engines
 from bench.selectors import learner_speeds
 from labapp.chapter.selectors import section_in, sections_in
 
@@ -47,10 +48,11 @@ def chapter_section(request: HttpRequest, slug: str) -> HttpResponse:
 
 
 def _estimator_speeds(request: HttpRequest) -> dict[str, Any] | None:
-    """The learner's own speeds for the estimator's fill-in button (None: nothing measured yet)."""
+    """The learner's own speeds on the engine they use, for the estimator's fill-in button (None: nothing
+    measured there yet)."""
     if not request.user.is_authenticated:
         return None
-    speeds = learner_speeds(request.user)
+    speeds = learner_speeds(request.user, engines.chosen_url(request.session))
     if speeds is None:
         return None
     return {

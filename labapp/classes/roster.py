@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from django.contrib.auth.models import AbstractBaseUser, User
 from django.contrib.auth.password_validation import validate_password
+from django.core import signing
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
 from django.db import transaction
@@ -27,6 +28,7 @@ from labapp.models import Classroom, Membership, TemporaryPassword
 
 MAX_BYTES = 256 * 1024
 MAX_ROWS = 1000
+CONFIRM_MAX_AGE_S = 3600  # a preview left open longer is uploaded again
 COLUMNS = ("username", "email", "role", "password")
 REQUIRED = ("username", "email")
 
@@ -166,6 +168,32 @@ def _existing(names: Iterable[str], classroom: Classroom) -> list[tuple[str, boo
         )
     )
     return [(username, pk in members) for pk, username in users]
+
+
+def roster_sign(text: str, *, classroom: Classroom, by: AbstractBaseUser, nonce: str) -> str:
+    """The previewed file as a signed value for the confirm form (``roster_unsign`` reads it back).
+
+    The file's passwords thus travel only in the instructor's own page, never stored on
+    the server; ``nonce`` (in the instructor's session) makes each preview confirmable once.
+    """
+    return signing.dumps({"csv": text, "nonce": nonce}, salt=_salt(classroom, by), compress=True)
+
+
+def roster_unsign(value: str, *, classroom: Classroom, by: AbstractBaseUser, nonce: str | None) -> str | None:
+    """The file that ``roster_sign`` signed for this class, instructor and nonce, or None
+    (tampered, from another preview, confirmed already, or older than ``CONFIRM_MAX_AGE_S``)."""
+    try:
+        payload = signing.loads(value, salt=_salt(classroom, by), max_age=CONFIRM_MAX_AGE_S)
+    except signing.BadSignature:
+        return None
+    if not nonce or not isinstance(payload, dict) or payload.get("nonce") != nonce:
+        return None
+    text = payload.get("csv")
+    return text if isinstance(text, str) else None
+
+
+def _salt(classroom: Classroom, by: AbstractBaseUser) -> str:
+    return f"labapp.classes.roster:{classroom.pk}:{by.pk}"
 
 
 def roster_import(*, classroom: Classroom, data: bytes, by: AbstractBaseUser) -> tuple[list[Created], list[RosterRow]]:

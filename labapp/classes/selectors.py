@@ -16,6 +16,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from labapp.access import learners_of
+from labapp.csvcells import csv_safe
 from labapp.labs.catalog import LABS, Lab, LabState, states_for
 from labapp.models import Assignment, Classroom
 
@@ -86,24 +87,6 @@ def gradebook(classroom: Classroom) -> Gradebook:
             )
         rows.append(Row(learner, cells))
     return Gradebook(classroom, [LABS[n] for n in numbers], assignments, rows)
-
-
-FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
-
-
-def csv_safe(value: Any) -> str | int | float:
-    """A cell a spreadsheet shows as written: text that could start a formula gets a leading quote.
-
-    Numbers are ours (measured values), never a formula, and stay numbers.
-    """
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "yes" if value else ""
-    if isinstance(value, int | float):
-        return value
-    text = str(value)
-    return "'" + text if text.startswith(FORMULA_STARTS) else text
 
 
 def gradebook_csv(book: Gradebook) -> str:

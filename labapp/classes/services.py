@@ -10,6 +10,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from labapp import sockets
 from labapp.models import Assignment, Classroom, Membership, TemporaryPassword
 
 # No 0/O, 1/I/L: a code read aloud or copied from a projector survives.
@@ -97,21 +98,22 @@ def classroom_join(*, user: AbstractBaseUser, classroom: Classroom) -> bool:
 
 
 def password_set_temporary(*, learner: User, by: AbstractBaseUser, password: str = "") -> str:
-    """Set a password the learner must change at their next sign-in; returns it (shown once)."""
+    """Set a password the learner must change at their next sign-in; returns it (shown once).
+
+    Whoever was signed in as the learner (on any device) is signed out, their open
+    sockets closed: only the person given the new password gets in.
+    """
     chosen = password or password_new()
     with transaction.atomic():
         learner.set_password(chosen)
         learner.save(update_fields=["password"])
         TemporaryPassword.objects.update_or_create(user=learner, defaults={"set_by_id": by.pk})
+        sockets.sessions_end(user_id=learner.pk)
     return chosen
 
 
 def password_changed(*, user: AbstractBaseUser) -> None:
     TemporaryPassword.objects.filter(user_id=user.pk).delete()
-
-
-def must_change_password(user: AbstractBaseUser) -> bool:
-    return TemporaryPassword.objects.filter(user_id=user.pk).exists()
 
 
 def assignment_create(

@@ -1,11 +1,20 @@
+from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from labapp.classes import views, views_accounts
 
 urlpatterns = [
     path("accounts/signup/", views_accounts.signup, name="signup"),
+    # Django's accounts pages, but only these four: passwords are reset by instructors, never
+    # by e-mail (a reset form would tell which addresses have an account).
     path("accounts/login/", views_accounts.SignInView.as_view(), name="login"),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("accounts/password_change/", views_accounts.PasswordChangeView.as_view(), name="password_change"),
+    path(
+        "accounts/password_change/done/",
+        auth_views.PasswordChangeDoneView.as_view(),
+        name="password_change_done",
+    ),
     path("classes/", views.class_list, name="class_list"),
     path("classes/new/", views.class_create, name="class_create"),
     path("classes/join/", views.class_join, name="class_join"),

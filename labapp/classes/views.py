@@ -8,6 +8,7 @@ job through ``access.learner_job_for``; who may do what is ``labapp.access``.
 from __future__ import annotations
 
 import json
+import secrets
 from typing import Any
 
 from django.contrib import messages
@@ -20,7 +21,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from bench import charts as bench_charts
 from labapp import access as roles
-from labapp.classes import access, charts, roster, selectors, services
+from labapp.classes import access, charts, roster, selectors, services, throttle
 from labapp.classes.forms import (
     AssignmentForm,
     ClassroomForm,
@@ -72,7 +73,12 @@ def class_create(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def class_join(request: HttpRequest) -> HttpResponse:
+    if wait_s := throttle.join_code_wait_s(request):
+        messages.error(request, throttle.join_code_refusal(wait_s))
+        return render(request, "classes/list.html", _list_context(request, JoinForm()), status=429)
     form = JoinForm(request.POST)
+    if form.has_error("join_code", code="join_code"):
+        throttle.join_code_failed(request)
     if not form.is_valid():
         return render(request, "classes/list.html", _list_context(request, form), status=400)
     assert form.classroom is not None
@@ -137,7 +143,13 @@ def learner_password(request: HttpRequest, classroom_id: int, user_id: int) -> H
     classroom = access.classroom_for(request.user, classroom_id)
     learner = access.learner_for(request.user, classroom, user_id)
     if not roles.may_reset_password(request.user, learner):
-        messages.error(request, _("강사나 관리자 계정의 비밀번호는 여기서 바꿀 수 없습니다."))
+        messages.error(
+            request,
+            _(
+                "이 계정의 비밀번호는 여기서 바꿀 수 없습니다: 강사나 관리자이거나, "
+                "내가 가르치지 않는 수업에도 있는 학습자입니다. 관리자에게 부탁하세요."
+            ),
+        )
         return redirect("class_detail", classroom_id=classroom.pk)
     form = TemporaryPasswordForm(request.POST, learner=learner)
     if not form.is_valid():
@@ -167,10 +179,15 @@ def roster_upload(request: HttpRequest, classroom_id: int) -> HttpResponse:
         except roster.RosterFileError as exc:
             form.add_error("roster", str(exc))
             return render(request, "classes/roster.html", context, status=400)
-        request.session[_roster_key(classroom)] = data.decode("utf-8-sig")
+        # The file (and any passwords in it) goes back in the confirm form, signed; the
+        # session keeps only the nonce that lets this preview be confirmed once.
+        nonce = request.session[_roster_key(classroom)] = secrets.token_urlsafe(16)
+        signed = roster.roster_sign(data.decode("utf-8-sig"), classroom=classroom, by=request.user, nonce=nonce)  # type: ignore[arg-type]
         good = [r for r in rows if r.ok]
         context |= {"rows": rows, "good": len(good), "bad": len(rows) - len(good), "filename": upload.name}
-        return render(request, "classes/roster_preview.html", context)
+        response = render(request, "classes/roster_preview.html", context | {"signed": signed})
+        response["Cache-Control"] = "no-store"
+        return response
     return render(request, "classes/roster.html", context, status=400 if form.errors else 200)
 
 
@@ -178,7 +195,9 @@ def roster_upload(request: HttpRequest, classroom_id: int) -> HttpResponse:
 @require_POST
 def roster_confirm(request: HttpRequest, classroom_id: int) -> HttpResponse:
     classroom = access.classroom_for(request.user, classroom_id)
-    text = request.session.get(_roster_key(classroom))
+    nonce = request.session.pop(_roster_key(classroom), None)  # one confirm per preview
+    signed = request.POST.get("roster", "")
+    text = roster.roster_unsign(signed, classroom=classroom, by=request.user, nonce=nonce)  # type: ignore[arg-type]
     if not text:
         messages.error(request, _("확인할 명단이 없습니다. CSV 파일을 다시 올려 주세요."))
         return redirect("roster_upload", classroom_id=classroom.pk)
@@ -187,7 +206,6 @@ def roster_confirm(request: HttpRequest, classroom_id: int) -> HttpResponse:
     except roster.RosterFileError as exc:
         messages.error(request, str(exc))
         return redirect("roster_upload", classroom_id=classroom.pk)
-    request.session.pop(_roster_key(classroom), None)
     context = {"classroom": classroom, "created": created, "skipped": skipped}
     response = render(request, "classes/roster_done.html", context)
     response["Cache-Control"] = "no-store"  # generated passwords are shown once
@@ -280,7 +298,7 @@ def learner_job(request: HttpRequest, classroom_id: int, user_id: int, job_id: i
         "learner": learner,
         "job": job,
         "lab": lab,
-        "checks": lab.checks(results) if lab is not None and job.status == "done" else [],
+        "checks": lab.checks(results, job.config or {}) if lab is not None and job.status == "done" else [],
         "key_numbers": lab.key_numbers(results) if lab is not None else {},
         "columns": columns,
         "rows": [[c.get(k) for k in columns] for c in cells],

@@ -1,6 +1,7 @@
 """Class-mode accounts: sign-up with a join code; sign-in that sends a temporary password to be changed.
 
-Sign-out and the rest are Django's own views (labapp/urls.py includes them).
+Sign-out and the password change's done page are Django's own views (labapp/classes/urls.py
+names each route: there is no reset by e-mail).
 """
 
 from __future__ import annotations
@@ -16,16 +17,21 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.translation import gettext as _
 
-from labapp.accounts import MUST_CHANGE_PASSWORD
-from labapp.classes import services
+from labapp.accounts import MUST_CHANGE_PASSWORD, must_change_password
+from labapp.classes import services, throttle
 from labapp.classes.forms import SignUpForm
 
 
 def signup(request: HttpRequest) -> HttpResponse:
     if settings.LAB_MODE != "class":
         raise Http404("sign-up exists only on a class server")
+    if request.method == "POST" and (wait_s := throttle.join_code_wait_s(request)):
+        messages.error(request, throttle.join_code_refusal(wait_s))  # nothing is checked or created
+        return render(request, "registration/signup.html", {"form": SignUpForm()}, status=429)
     form = SignUpForm(request.POST or None)
-    if request.method == "POST" and form.is_valid():
+    if request.method == "POST" and form.has_error("join_code", code="join_code"):
+        throttle.join_code_failed(request)
+    elif request.method == "POST" and form.is_valid():
         assert form.classroom is not None
         user = services.learner_signup(
             username=form.cleaned_data["username"],
@@ -42,7 +48,7 @@ def signup(request: HttpRequest) -> HttpResponse:
 class SignInView(auth_views.LoginView):
     def form_valid(self, form: Any) -> HttpResponse:
         response = super().form_valid(form)
-        if services.must_change_password(form.get_user()):
+        if must_change_password(form.get_user()):
             self.request.session[MUST_CHANGE_PASSWORD] = True  # every page leads here until it is changed
             messages.info(self.request, _("임시 비밀번호로 로그인했습니다. 나만 아는 비밀번호로 바꿔 주세요."))
             return redirect("password_change")

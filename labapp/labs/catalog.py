@@ -1,8 +1,9 @@
 """The six labs: their pages and run buttons, and a learner's status in each.
 
-Which job a lab runs, its auto-checks and key numbers belong to the job kind that
-serves it (``bench.kinds``: pure functions of ``BenchJob.results``), so the lab page,
-the gradebook and the tests agree on what "passed" means.
+Which job a lab runs, its auto-checks, key numbers and minimum settings belong to the
+job kind that serves it (``bench.kinds``: pure functions of ``BenchJob.results`` and
+``BenchJob.config``), so the lab page, the gradebook and the tests agree on what
+"passed" means.
 """
 
 from __future__ import annotations
@@ -47,8 +48,18 @@ class Lab:
         """(label, dotted path into the job's results) of the key numbers."""
         return self._served()[1].keys
 
-    def checks(self, results: Results) -> list[Check]:
-        return self._served()[1].checks(results)
+    @property
+    def minimums(self) -> Any:
+        """The lab's minimum settings in words (shown on its page)."""
+        return self._served()[1].minimums
+
+    def checks(self, results: Results, config: dict[str, Any]) -> list[Check]:
+        """The checks of a finished job: its results and its saved settings (``BenchJob.config``)."""
+        return self._served()[0].lab_checks(results, config)
+
+    def missing(self, results: Results, config: dict[str, Any]) -> list[str]:
+        """What a job lacks of the lab's minimum settings (empty: enough to hand in)."""
+        return self._served()[0].lab_missing(results, config)
 
     def key_numbers(self, results: Results) -> dict[str, Any]:
         return self._served()[1].key_numbers(results)
@@ -88,6 +99,7 @@ class LabState:
     job: Any = None  # the latest job of the lab's kind (any status)
     checked_job: Any = None  # the latest finished job, whose checks are shown
     checks: list[Check] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)  # what the checked job lacks of the lab's minimum settings
     submission: Any = None
 
     @property
@@ -115,7 +127,7 @@ def states_for(user_ids: Iterable[int], labs: Iterable[int] = tuple(LABS)) -> di
     latest: dict[tuple[int, int], Any] = {}
     finished: dict[tuple[int, int], Any] = {}
     jobs = BenchJob.objects.filter(owner_id__in=ids, kind__in=kinds).order_by("owner_id", "kind", "-pk")
-    for job in jobs.only("pk", "owner_id", "kind", "status", "results", "done_requests", "total_requests"):
+    for job in jobs.only("pk", "owner_id", "kind", "status", "config", "results", "done_requests", "total_requests"):
         key = (job.owner_id, kinds[job.kind])
         latest.setdefault(key, job)
         if job.status == BenchJob.Status.DONE:
@@ -128,7 +140,9 @@ def states_for(user_ids: Iterable[int], labs: Iterable[int] = tuple(LABS)) -> di
             state = LabState(LABS[number], job=latest.get(key), checked_job=finished.get(key))
             state.submission = submissions.get(key)
             if state.checked_job is not None:
-                state.checks = state.lab.checks(state.checked_job.results or {})
+                results, config = state.checked_job.results or {}, state.checked_job.config or {}
+                state.checks = state.lab.checks(results, config)
+                state.missing = state.lab.missing(results, config)
             if state.submission is not None:
                 state.status = Status.SUBMITTED
             elif state.passed:

@@ -47,6 +47,14 @@ def lab_submit(*, user: AbstractBaseUser, number: int, reflection: str) -> Submi
     state = state_for(int(user.pk), number)
     if state.checked_job is None:
         raise SubmitError(_("제출하려면 먼저 이 실습을 끝까지 실행하세요."))
+    if state.missing:
+        raise SubmitError(
+            _(
+                "이 실행의 설정이 실습의 최소 조건에 못 미쳐 제출할 수 없습니다 (부족: %(what)s). "
+                "조건을 채워 다시 실행하세요."
+            )
+            % {"what": "; ".join(state.missing)}
+        )
     now = timezone.now()
     late = False
     assignment = assignment_for(int(user.pk), number)

@@ -1,16 +1,22 @@
 """Probe every component of the lab and report each one green or red.
 
 Each probe runs in its own thread with a deadline, so a dead or hanging
-component turns red with its error instead of stalling the page.
+component turns red with its error instead of stalling the page. The results are
+kept STATUS_CACHE_S seconds in Django's cache: however many visitors reload the
+page, the engine, the worker and the embedding model are asked once in that time.
+Any URL in a detail or an error is shown without its credentials.
 """
 
 from __future__ import annotations
 
+import asyncio
+import re
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -75,7 +81,8 @@ def probe_chroma() -> dict[str, str]:
 def probe_vllm() -> dict[str, str]:
     from rag.vllm import client as vllm_client
 
-    info = vllm_client.engine_info()
+    # One deadline over its three requests, inside the probe's own (this runs in a pool thread: no loop).
+    info = asyncio.run(vllm_client.probe(vllm_client.base_url(), wanted=settings.VLLM_MODEL or None, timeout=5.0))
     return {
         "url": info.base_url,
         "model": info.model,
@@ -169,7 +176,33 @@ def _describe(exc: BaseException) -> str:
     return str(exc) if isinstance(exc, TimeoutError) else f"{type(exc).__name__}: {exc}"
 
 
+_CREDENTIALS = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/?#\s]*@")
+
+
+def without_credentials(text: str) -> str:
+    """``text`` with every URL's ``user:password@`` taken out (``redis://:secret@host`` -> ``redis://host``)."""
+    return _CREDENTIALS.sub(r"\g<scheme>", text)
+
+
+CACHE_KEY, DOWN_KEY = "status:components", "status:down"
+_probing = threading.Lock()  # a reload storm waits for the check under way instead of starting its own
+
+
 def check_all() -> list[ComponentStatus]:
+    """Every component's state, probed at most once per STATUS_CACHE_S seconds (per cache)."""
+    found: list[ComponentStatus] | None = cache.get(CACHE_KEY)
+    if found is None:
+        with _probing:
+            found = cache.get(CACHE_KEY)
+            if found is None:
+                found = _probe_all()
+                if settings.STATUS_CACHE_S > 0:
+                    cache.set(CACHE_KEY, found, settings.STATUS_CACHE_S)
+    labels = {probe.key: probe.label for probe in PROBES}  # in the language of this request
+    return [replace(c, label=str(labels.get(c.key, c.label))) for c in found]
+
+
+def _probe_all() -> list[ComponentStatus]:
     pool = ThreadPoolExecutor(max_workers=len(PROBES), thread_name_prefix="status")
     try:
         warm = _run_all(pool, {p.key: (p.warmup, WARMUP_DEADLINE_S) for p in PROBES if p.warmup})
@@ -184,15 +217,20 @@ def check_all() -> list[ComponentStatus]:
     for probe in PROBES:
         outcome = timed[probe.key] if probe.key in timed else warm[probe.key]
         if isinstance(outcome, BaseException):
-            results.append(ComponentStatus(probe.key, str(probe.label), False, error=_describe(outcome)))
+            error = without_credentials(_describe(outcome))
+            results.append(ComponentStatus(probe.key, str(probe.label), False, error=error))
         else:
             details, ms = outcome
-            results.append(ComponentStatus(probe.key, str(probe.label), True, round(ms, 1), details))
-    cache.set("status:down", [s.label for s in results if not s.ok], 60)
+            shown = {name: without_credentials(value) for name, value in details.items()}
+            results.append(ComponentStatus(probe.key, str(probe.label), True, round(ms, 1), shown))
+    cache.set(DOWN_KEY, [s.key for s in results if not s.ok], 60)
     return results
 
 
 def down_components() -> list[str] | None:
     """Labels of the components found down by the last check (None: not checked yet)."""
-    value = cache.get("status:down")
-    return None if value is None else list(value)
+    value = cache.get(DOWN_KEY)
+    if value is None:
+        return None
+    labels = {probe.key: probe.label for probe in PROBES}
+    return [str(labels.get(key, key)) for key in value]

@@ -1,14 +1,21 @@
-"""The status page: each component up or down, as HTML, as JSON and as the banner; and liveness."""
+"""The status page: each component up or down, as HTML, as JSON and as the banner; and liveness.
+
+On a class server anonymous visitors and learners see each component's name and state
+only; the details (addresses, versions, errors, round trips, worker hosts) are for admins
+(``labapp.access.may_see_status_details``). A local learner sees everything.
+"""
 
 from __future__ import annotations
 
 from dataclasses import asdict
+from typing import Any
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
+from labapp.access import may_see_status_details
 from labapp.status import probes as status
 
 
@@ -17,14 +24,19 @@ from labapp.status import probes as status
 def status_page(request: HttpRequest) -> HttpResponse:
     partial = request.headers.get("HX-Request") == "true"  # htmx refreshes only the table
     template = "status_table.html" if partial else "status.html"
-    return render(request, template, {"components": status.check_all()})
+    context = {"components": status.check_all(), "details": may_see_status_details(request.user)}
+    return render(request, template, context)
 
 
 @never_cache
 @require_GET
 def status_json(request: HttpRequest) -> JsonResponse:
     components = status.check_all()
-    return JsonResponse({"ok": all(c.ok for c in components), "components": [asdict(c) for c in components]})
+    if may_see_status_details(request.user):
+        shown: list[dict[str, Any]] = [asdict(c) for c in components]
+    else:
+        shown = [{"key": c.key, "label": c.label, "ok": c.ok} for c in components]
+    return JsonResponse({"ok": all(c.ok for c in components), "components": shown})
 
 
 @never_cache

@@ -26,8 +26,22 @@ OnText = Callable[[str, RequestRecord], Awaitable[None]]
 Api = Literal["completions", "chat"]
 
 
+# Why an engine is unusable, for a short generic message on a page (``bench.engines.REASONS``).
+Failure = Literal["unreachable", "timeout", "http_status", "not_openai", "no_model", "model_missing"]
+
+
 class EngineUnavailable(RuntimeError):
-    """The vLLM server could not be reached or answered with an error."""
+    """The vLLM server could not be reached or answered with an error.
+
+    ``reason`` sorts the failure; ``detail`` is a short technical note without the raw
+    exception text (an HTTP status, a content type, an exception's class name), fit for
+    the people who register engines. The message itself is for logs and the status page.
+    """
+
+    def __init__(self, message: str, *, reason: Failure = "unreachable", detail: str = "") -> None:
+        super().__init__(message)
+        self.reason: Failure = reason
+        self.detail = detail[:120]
 
 
 @dataclass(frozen=True)
@@ -47,35 +61,103 @@ def engine_info(*, timeout: float = 3.0, url: str | None = None, wanted: str | N
     """Version, served models and max model length, or EngineUnavailable with the reason.
 
     ``url`` defaults to the configured engine, whose model is VLLM_MODEL when set; for
-    another engine ``wanted`` names the model it must serve (None: its first).
+    another engine ``wanted`` names the model it must serve (None: its first). ``timeout``
+    bounds each request; :func:`probe` is the same question within one deadline in all.
     """
     if url is None:
         url, wanted = base_url(), settings.VLLM_MODEL or None
     try:
         with httpx.Client(base_url=url, timeout=timeout) as http:
-            health = http.get("/health")
-            health.raise_for_status()
-            models = http.get("/v1/models")
-            models.raise_for_status()
-            version_response = http.get("/version")
-            version = version_response.json().get("version", "?") if version_response.status_code == 200 else "?"
-    except httpx.HTTPError as exc:
-        raise EngineUnavailable(f"vLLM at {url}: {type(exc).__name__}: {exc}") from exc
-    cards: list[dict[str, Any]] = models.json().get("data", [])
+            _answered(http.get("/health"), url)
+            models = _answered(http.get("/v1/models"), url)
+            version = http.get("/version")
+    except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:
+        raise _unreachable(url, exc, timeout) from exc
+    return _info(url, models, version, wanted)
+
+
+async def probe(url: str, *, wanted: str | None = None, timeout: float = 2.0) -> EngineInfo:
+    """:func:`engine_info` of any server, within ``timeout`` seconds in all.
+
+    One deadline over its three requests (``/health``, ``/v1/models``, ``/version``),
+    however slowly the server sends its bytes. Anything that is not an OpenAI-compatible
+    answer (HTML, malformed JSON, an unexpected shape) is an EngineUnavailable, never
+    another exception.
+    """
+    try:
+        async with asyncio.timeout(timeout), connect(url, timeout=timeout) as http:
+            _answered(await http.get("/health"), url)
+            models = _answered(await http.get("/v1/models"), url)
+            version = await http.get("/version")
+    except (httpx.HTTPError, httpx.InvalidURL, ValueError, TimeoutError) as exc:
+        raise _unreachable(url, exc, timeout) from exc
+    return _info(url, models, version, wanted)
+
+
+def _unreachable(url: str, exc: BaseException, timeout: float) -> EngineUnavailable:
+    if isinstance(exc, TimeoutError | httpx.TimeoutException):
+        return EngineUnavailable(
+            f"vLLM at {url}: no answer within {timeout:g} s", reason="timeout", detail=type(exc).__name__
+        )
+    return EngineUnavailable(f"vLLM at {url}: {type(exc).__name__}: {exc}", detail=type(exc).__name__)
+
+
+def _answered(response: httpx.Response, url: str) -> httpx.Response:
+    """The response if it is a success, else EngineUnavailable naming its status."""
+    if not response.is_success:
+        where = f"{response.request.url.path}: HTTP {response.status_code}"
+        raise EngineUnavailable(f"vLLM at {url}: {where}", reason="http_status", detail=where)
+    return response
+
+
+def _not_openai(url: str, where: str) -> EngineUnavailable:
+    return EngineUnavailable(
+        f"vLLM at {url}: {where} is not an OpenAI-compatible answer", reason="not_openai", detail=where
+    )
+
+
+def _cards(models: httpx.Response, url: str) -> list[dict[str, Any]]:
+    """The model cards of a ``/v1/models`` answer: ``{"data": [{"id": "...", ...}, ...]}``."""
+    try:
+        body = models.json()
+    except ValueError as exc:  # HTML, plain text, broken JSON or bytes that are no text
+        kind = models.headers.get("content-type", "?").split(";")[0].strip()[:40]
+        raise _not_openai(url, f"/v1/models ({kind})") from exc
+    cards = body.get("data") if isinstance(body, dict) else None
+    if not isinstance(cards, list) or not all(isinstance(c, dict) and isinstance(c.get("id"), str) for c in cards):
+        raise _not_openai(url, "/v1/models")
+    return cards
+
+
+def _version(response: httpx.Response) -> str:
+    """vLLM's ``/version``; "?" for a server without one (other OpenAI-compatible servers)."""
+    try:
+        body = response.json() if response.status_code == 200 else None
+    except ValueError:
+        return "?"
+    version = body.get("version") if isinstance(body, dict) else None
+    return str(version)[:40] if isinstance(version, str | int | float) else "?"
+
+
+def _info(url: str, models: httpx.Response, version: httpx.Response, wanted: str | None) -> EngineInfo:
+    cards = _cards(models, url)
     if not cards:
-        raise EngineUnavailable(f"vLLM at {url} serves no model")
-    card = next((c for c in cards if c.get("id") == wanted), None) if wanted else cards[0]
+        raise EngineUnavailable(f"vLLM at {url} serves no model", reason="no_model")
+    served = [str(c["id"]) for c in cards]
+    card = next((c for c in cards if c["id"] == wanted), None) if wanted else cards[0]
     if card is None:
         raise EngineUnavailable(
-            f"vLLM at {url} does not serve the model {wanted!r} "
-            f"(it serves {', '.join(str(c.get('id')) for c in cards)})"
+            f"vLLM at {url} does not serve the model {wanted!r} (it serves {', '.join(served)})",
+            reason="model_missing",
+            detail=f"{wanted!r} ∉ {', '.join(served)}",
         )
+    length = card.get("max_model_len")
     return EngineInfo(
         base_url=url,
-        version=str(version),
+        version=_version(version),
         model=str(card["id"]),
-        max_model_len=card.get("max_model_len"),
-        models=[str(c.get("id")) for c in cards],
+        max_model_len=length if isinstance(length, int) and not isinstance(length, bool) else None,
+        models=served,
     )
 
 

@@ -67,6 +67,7 @@ class Peaks:
     running: float = 0.0
     waiting: float = 0.0
     kv_cache_usage: float = 0.0
+    busy: float = 0.0  # running + waiting in one sample: every request the engine held at that moment
     samples: int = 0
     errors: list[str] = field(default_factory=list)
 
@@ -74,6 +75,9 @@ class Peaks:
 @contextlib.asynccontextmanager
 async def watched(client: httpx.AsyncClient, every_s: float = 0.25) -> AsyncIterator[dict[str, Any]]:
     """Around a block: the /metrics delta and the peaks of running/waiting requests.
+
+    ``peak_busy`` is the most requests (running + waiting) the engine held in any one
+    sample: above what the block itself had in flight, other traffic shared the engine.
 
     Yields a dict that is filled in when the block ends; a server without
     /metrics gives ``{"error": ...}`` instead and the block runs anyway.
@@ -85,6 +89,8 @@ async def watched(client: httpx.AsyncClient, every_s: float = 0.25) -> AsyncIter
         peaks.running = max(peaks.running, values.get("vllm:num_requests_running", 0.0))
         peaks.waiting = max(peaks.waiting, values.get("vllm:num_requests_waiting", 0.0))
         peaks.kv_cache_usage = max(peaks.kv_cache_usage, values.get("vllm:kv_cache_usage_perc", 0.0))
+        busy = values.get("vllm:num_requests_running", 0.0) + values.get("vllm:num_requests_waiting", 0.0)
+        peaks.busy = max(peaks.busy, busy)
         peaks.samples += 1
         return values
 
@@ -117,6 +123,7 @@ async def watched(client: httpx.AsyncClient, every_s: float = 0.25) -> AsyncIter
             "peak_running": peaks.running,
             "peak_waiting": peaks.waiting,
             "peak_kv_cache_usage": peaks.kv_cache_usage,
+            "peak_busy": peaks.busy,
             "samples": peaks.samples,
             "sample_errors": len(peaks.errors),
         }
@@ -128,7 +135,7 @@ def merged(reports: list[dict[str, Any]]) -> dict[str, Any]:
     for key in ("prefix_cache_queries", "prefix_cache_hits", "samples", "sample_errors"):
         values = [r[key] for r in reports if r.get(key) is not None]
         out[key] = sum(values) if values else None
-    for key in ("peak_running", "peak_waiting", "peak_kv_cache_usage"):
+    for key in ("peak_running", "peak_waiting", "peak_kv_cache_usage", "peak_busy"):
         values = [r[key] for r in reports if r.get(key) is not None]
         out[key] = max(values) if values else None
     queries, hits = out["prefix_cache_queries"], out["prefix_cache_hits"]
@@ -137,3 +144,12 @@ def merged(reports: list[dict[str, Any]]) -> dict[str, Any]:
     if errors:
         out["error"] = "; ".join(errors)
     return out
+
+
+def extra_requests(report: dict[str, Any] | None, own: float) -> float | None:
+    """The most requests the engine held beyond ``own`` (the block's own in flight) while a
+    ``watched`` block ran; None when /metrics could not be sampled (no ``peak_busy``)."""
+    found = report or {}
+    if found.get("peak_busy") is None or not found.get("samples"):
+        return None
+    return max(0.0, float(found["peak_busy"]) - own)

@@ -388,14 +388,15 @@ def test_the_chats_estimator_uses_the_learners_latest_speed_probe() -> None:
     from bench.selectors import learner_speeds
 
     learner = User.objects.create(username="speeds")
-    assert learner_speeds(learner) is None  # no answers, no probe
+    assert learner_speeds(learner, "x") is None  # no answers, no probe
     BenchJob.objects.create(owner=learner, kind="speed", engine_url="x", status="failed", results={"prefill_speed": 1})
     probe = BenchJob.objects.create(
         owner=learner, kind="speed", engine_url="x", status="done",
         results={"prefill_speed": 612.0, "decode_speed": 24.5, "cells": [{}, {}, {}, {}]},
     )  # fmt: skip
-    speeds = learner_speeds(learner)
+    speeds = learner_speeds(learner, "x")
     assert speeds is not None and (speeds.prefill, speeds.decode) == (612.0, 24.5)
+    assert learner_speeds(learner, "http://another-engine:8000") is None  # a probe counts on its own engine only
     assert f"#{probe.pk}" in speeds.basis
 
 

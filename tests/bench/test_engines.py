@@ -1,15 +1,20 @@
-"""Engines: registered by admins and instructors, probed, picked by learners, carried by runs."""
+"""Engines: registered by admins and instructors (removed by who added one, or an admin), probed within
+one deadline and all at once, shown red with a short reason, picked by learners, carried by runs."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from bench import scripted_server, services
+from bench import engines, scripted_server, services
 from bench.models import BenchJob, Engine
 from labapp.models import Classroom, Membership
 from tests import aio
@@ -28,7 +33,7 @@ def _client(user: User) -> Client:
 
 
 @pytest.mark.django_db
-def test_only_admins_and_instructors_add_engines_and_bad_addresses_are_refused(fake: str) -> None:
+def test_admins_and_instructors_add_engines_and_remove_only_their_own_or_as_admin(fake: str) -> None:
     learner = User.objects.create(username="learner-e")
     assert _client(learner).post("/engines/add/", {"name": "x", "base_url": fake}).status_code == 404
     assert 'id="engine-add"' not in _client(learner).get("/engines/").content.decode()
@@ -43,13 +48,22 @@ def test_only_admins_and_instructors_add_engines_and_bad_addresses_are_refused(f
     assert Engine.objects.get().base_url == fake  # trailing slash dropped
     again = client.post("/engines/add/", {"name": "scripted", "base_url": "http://other:1"}, follow=True)
     assert "같은 이름" in again.content.decode() and Engine.objects.count() == 1
+    bad = client.post("/engines/add/", {"name": "typo", "base_url": "http://[gpu-box:8000"}, follow=True)
+    assert bad.status_code == 200 and not Engine.objects.filter(name="typo").exists()  # not a 500
     admin = User.objects.create(username="admin-e", is_staff=True)
     _client(admin).post("/engines/add/", {"name": "dead", "base_url": "http://127.0.0.1:9"})
     listing = _client(learner).get("/engines/").content.decode()
     assert f'data-url="{fake}" data-ok="true"' in listing and "fake-model" in listing
-    assert 'data-url="http://127.0.0.1:9" data-ok="false"' in listing and "ConnectError" in listing
-    assert _client(learner).post(f"/engines/{Engine.objects.get(name='dead').pk}/delete/").status_code == 404
-    client.post(f"/engines/{Engine.objects.get(name='dead').pk}/delete/")
+    assert 'data-url="http://127.0.0.1:9" data-ok="false"' in listing and "연결할 수 없습니다" in listing
+    assert "ConnectError" not in listing and "Errno" not in listing and 'id="engine-remove"' not in listing
+    assert "(ConnectError)" in client.get("/engines/").content.decode()  # the short detail, for an instructor
+    dead = Engine.objects.get(name="dead")
+    assert _client(learner).post(f"/engines/{dead.pk}/delete/").status_code == 404
+    assert client.post(f"/engines/{dead.pk}/delete/").status_code == 404  # the admin's, not this instructor's
+    assert f"/engines/{dead.pk}/delete/" not in client.get("/engines/").content.decode()
+    client.post(f"/engines/{Engine.objects.get(name='scripted').pk}/delete/")  # their own
+    assert not Engine.objects.filter(name="scripted").exists()
+    assert _client(admin).post(f"/engines/{dead.pk}/delete/").status_code == 302  # an admin removes any
     assert not Engine.objects.filter(name="dead").exists()
 
 
@@ -84,3 +98,111 @@ def test_another_engines_model_is_asked_even_when_vllm_model_is_set(fake: str, s
     settings.VLLM_MODEL = "configured-model"
     assert aio.run(vllm_client.engine_model(fake)) == "fake-model"
     assert aio.run(vllm_client.engine_model(vllm_client.base_url())) == "configured-model"
+
+
+# --- probes: one deadline, at once, and a red row for anything that is not an OpenAI answer ---
+
+Answer = tuple[int, str, bytes]  # status, content type, body
+
+MODELS = (200, "application/json", b'{"object": "list", "data": [{"id": "m", "max_model_len": 4096}]}')
+
+
+class _Odd(ThreadingHTTPServer):
+    """An HTTP server answering each path as told, ``delay_s`` late; counts requests in flight."""
+
+    daemon_threads = True
+
+    def __init__(self, answers: dict[str, Answer], delay_s: float = 0.0) -> None:
+        super().__init__(("127.0.0.1", 0), _OddHandler)
+        self.answers, self.delay_s = answers, delay_s
+        self.in_flight = self.most_in_flight = 0
+        self.lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class _OddHandler(BaseHTTPRequestHandler):
+    server: _Odd
+
+    def do_GET(self) -> None:
+        odd = self.server
+        with odd.lock:
+            odd.in_flight += 1
+            odd.most_in_flight = max(odd.most_in_flight, odd.in_flight)
+        time.sleep(odd.delay_s)
+        status, kind, body = odd.answers.get(self.path, (404, "text/plain", b"no"))
+        with odd.lock:
+            odd.in_flight -= 1
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@contextmanager
+def _odd(answers: dict[str, Answer], delay_s: float = 0.0) -> Iterator[_Odd]:
+    server = _Odd(answers, delay_s)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _engine(answers: dict[str, Answer]) -> dict[str, Answer]:
+    return {"/health": (200, "application/json", b"{}"), "/v1/models": MODELS, "/version": MODELS} | answers
+
+
+ODD_ANSWERS = [
+    ("html page", {"/v1/models": (200, "text/html", b"<html>login</html>")}, "응답 형식이 OpenAI 호환이 아닙니다"),
+    ("broken json", {"/v1/models": (200, "application/json", b'{"data": [')}, "응답 형식이 OpenAI 호환이 아닙니다"),
+    ("not a list", {"/v1/models": (200, "application/json", b'{"data": "m"}')}, "응답 형식이 OpenAI 호환이 아닙니다"),
+    ("a json array", {"/v1/models": (200, "application/json", b"[1, 2]")}, "응답 형식이 OpenAI 호환이 아닙니다"),
+    ("cards without ids", {"/v1/models": (200, "application/json", b'{"data": [{}]}')}, "OpenAI 호환이 아닙니다"),
+    ("no models", {"/v1/models": (200, "application/json", b'{"data": []}')}, "제공하는 모델이 없습니다"),
+    ("an error status", {"/health": (502, "text/html", b"<h1>Bad gateway</h1>")}, "오류로 응답했습니다"),
+]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("what", "answers", "reason"), ODD_ANSWERS, ids=[row[0] for row in ODD_ANSWERS])
+def test_an_engine_that_is_not_openai_compatible_is_a_red_row_with_a_short_reason(
+    what: str, answers: dict[str, Answer], reason: str
+) -> None:
+    with _odd(_engine(answers)) as odd:
+        Engine.objects.create(name="odd", base_url=odd.url)
+        page = _client(User.objects.create(username="learner-odd")).get("/engines/")
+    body = page.content.decode()
+    assert page.status_code == 200, what
+    assert f'data-url="{odd.url}" data-ok="false"' in body and reason in body
+    assert "<html>login" not in body and "Bad gateway" not in body and "Error" not in body
+
+
+def test_a_server_without_a_version_answer_is_still_an_engine() -> None:
+    with _odd(_engine({"/version": (200, "text/html", b"<html></html>")})) as odd:
+        found = aio.run(engines.probe(engines.Choice(odd.url, "odd")))
+    assert found.ok and (found.model, found.max_model_len, found.version) == ("m", 4096, "?")
+
+
+def test_one_probe_has_its_timeout_in_all_not_for_each_of_its_requests() -> None:
+    # Each answer alone is within the timeout; the three together (health, models, version) are not.
+    with _odd(_engine({}), delay_s=0.6) as odd:
+        found = aio.run(engines.probe(engines.Choice(odd.url, "slow"), timeout=1.0))
+    assert not found.ok and found.reason == "시간 초과" and found.detail == "TimeoutError"
+
+
+def test_every_engine_is_probed_at_once() -> None:
+    with _odd(_engine({}), delay_s=0.3) as odd:
+        port = odd.server_address[1]
+        choices = [engines.Choice(f"http://{host}:{port}", host) for host in ("127.0.0.1", "localhost")]
+        found = aio.run(engines.probe_all(choices))
+    assert [probe.ok for _, probe in found] == [True, True]
+    assert odd.most_in_flight == 2  # both engines' first request was waiting at the same time

@@ -12,6 +12,7 @@ import csv
 import io
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -24,12 +25,29 @@ import pytest
 
 from labapp.ops.stack.components import DAPHNE_FLAGS
 from tests import harness
+from tests.tls_proxy import TlsProxy, self_signed
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser]
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts" / "story"
 PASSWORD = "a-long-story-passphrase-7"  # noqa: S105 - a throwaway account in the test database
+PAGE = {"viewport": {"width": 1400, "height": 1000}, "ignore_https_errors": True}  # the proxy's own certificate
+# The first instructor is made by an admin, as README's Classroom says: the admin (here: the
+# shell) makes a class and makes the teacher, a plain account (not staff), its instructor,
+# as a class's memberships in /admin/ do. Teaching a class, the teacher may create the
+# story's class themselves.
+ADMIN_STEP = f"""
+from django.contrib.auth.models import User
+from labapp.classes.services import classroom_create
+from labapp.models import Classroom, Membership
+User.objects.filter(username__in=["teacher", "story-admin"]).delete()
+Classroom.objects.filter(name="교원 연수반").delete()
+admin = User.objects.create_superuser("story-admin", password="{PASSWORD}")
+teacher = User.objects.create_user("teacher", password="{PASSWORD}")
+staff_room = classroom_create(name="교원 연수반", instructor=admin)
+Membership.objects.create(classroom=staff_room, user=teacher, role=Membership.Role.INSTRUCTOR)
+"""
 
 
 def _free_port() -> int:
@@ -39,10 +57,28 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def class_site(full_stack: str, chapter_indexed: None) -> Iterator[str]:
-    """A second web server on the same database, Redis and engine, in LAB_MODE=class."""
+def class_site(full_stack: str, chapter_indexed: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A second web server on the same database, Redis and engine, with a class server's real settings.
+
+    LAB_MODE=class with DEBUG off: secure cookies, the https redirect and HSTS
+    (labapp/settings.py), static files from whitenoise (WHITENOISE_USE_FINDERS: no
+    collectstatic). The browser reaches it as a class reaches a class server, over https
+    through a TLS-terminating proxy (tests/tls_proxy.py) that sets X-Forwarded-Proto, which
+    Django trusts through SECURE_PROXY_SSL_HEADER; CSRF_TRUSTED_ORIGINS names the proxy's
+    origin as README's Configuration says for a proxy (the websockets check it too).
+    """
     port = _free_port()
-    env = os.environ | {"LAB_MODE": "class", "SECRET_KEY": "story-test-secret-key-0123456789abcdef", "DEBUG": "1"}
+    certificate = self_signed(tmp_path_factory.mktemp("tls"))
+    trusting = ssl.create_default_context(cafile=str(certificate[0]))
+    proxy = TlsProxy(("127.0.0.1", port), certificate)
+    url = proxy.start()
+    env = os.environ | {
+        "LAB_MODE": "class",
+        "SECRET_KEY": "story-test-secret-key-0123456789abcdef",
+        "DEBUG": "false",
+        "SECURE_SSL_REDIRECT": "true",
+        "CSRF_TRUSTED_ORIGINS": url,
+    }
     log = (harness.LOG_DIR / "web-class.log").open("ab")
     command = [
         sys.executable,
@@ -56,28 +92,28 @@ def class_site(full_stack: str, chapter_indexed: None) -> Iterator[str]:
         "labapp.asgi:application",
     ]
     process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
     try:
         for _ in range(150):
             try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                if httpx.get(f"{url}/healthz", timeout=1, verify=trusting).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
             time.sleep(0.2)
         else:
             raise AssertionError("the class-mode web server did not start")
-        # The first instructor is made by an admin (here: the shell), as README says.
-        script = (
-            "from django.contrib.auth.models import User\n"
-            "User.objects.filter(username='teacher').delete()\n"
-            f"User.objects.create_user('teacher', password='{PASSWORD}', is_staff=True)\n"
-        )
-        subprocess.run([sys.executable, "manage.py", "shell", "-c", script], cwd=ROOT, env=env, check=True)
+        # Plain http to the server itself is sent to https: the real class-mode settings are on.
+        assert httpx.get(f"http://127.0.0.1:{port}/accounts/login/").status_code == 301
+        subprocess.run([sys.executable, "manage.py", "shell", "-c", ADMIN_STEP], cwd=ROOT, env=env, check=True)
         yield url
     finally:
+        proxy.stop()  # first: it holds the browser's websockets open to the server
         process.terminate()
-        process.wait(timeout=10)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
 
 
 def _shot(page: object, name: str) -> None:
@@ -107,7 +143,7 @@ def _run_lab(page: object, site: str, number: int) -> None:
 def test_an_instructor_assigns_a_learner_does_labs_1_and_4_and_the_gradebook_shows_them(
     class_site: str, browser: object
 ) -> None:
-    teacher = browser.new_page(viewport={"width": 1400, "height": 1000})  # type: ignore[attr-defined]
+    teacher = browser.new_page(**PAGE)  # type: ignore[attr-defined]
     _sign_in(teacher, class_site, "teacher")
     teacher.goto(f"{class_site}/classes/new/")
     teacher.fill("input[name=name]", "16장 실습반")
@@ -125,7 +161,7 @@ def test_an_instructor_assigns_a_learner_does_labs_1_and_4_and_the_gradebook_sho
     assert teacher.locator("#assignments").inner_text().count("실습") >= 2
     _shot(teacher, "01-class-with-assignments")
 
-    learner = browser.new_page(viewport={"width": 1400, "height": 1000})  # type: ignore[attr-defined]
+    learner = browser.new_page(**PAGE)  # type: ignore[attr-defined]
     learner.goto(f"{class_site}/accounts/signup/")
     learner.fill("input[name=username]", "minji")
     learner.fill("input[name=password1]", PASSWORD)
@@ -157,7 +193,7 @@ def test_an_instructor_assigns_a_learner_does_labs_1_and_4_and_the_gradebook_sho
 
     _run_lab(learner, class_site, 1)
     checks = learner.locator("#lab-checks li")
-    assert checks.count() == 3
+    assert checks.count() == 5  # the lab's three, its minimum settings, no other traffic
     assert learner.locator("#lab-checks li[data-passed=true]").count() >= 2, learner.locator("#lab-checks").inner_text()
     learner.fill("#reflection", "측정한 프리필은 디코드보다 토큰당 수십 배 빠릅니다.")
     learner.click("#submit-lab")
@@ -166,7 +202,7 @@ def test_an_instructor_assigns_a_learner_does_labs_1_and_4_and_the_gradebook_sho
     _shot(learner, "05-lab1-submitted")
 
     _run_lab(learner, class_site, 4)
-    assert learner.locator("#lab-checks li").count() == 3
+    assert learner.locator("#lab-checks li").count() == 5
     learner.fill("#reflection", "top-k와 청크가 클수록 문맥 토큰이 늘고 TTFT가 올라갑니다.")
     learner.click("#submit-lab")
     learner.wait_for_load_state()

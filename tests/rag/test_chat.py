@@ -435,5 +435,5 @@ def test_a_class_collection_is_offered_to_its_members_only(fake: scripted_server
     assert refused["type"] == "error" and "collection" in refused["error"]
     member = Client()
     member.force_login(User.objects.get(username="member"))
-    assert f'value="{key}"' in member.get("/documents/").content.decode()
+    assert f'value="{key}"' not in member.get("/documents/").content.decode()  # a learner adds no class material
     assert f'value="{key}"' in member.get("/chat/").content.decode()

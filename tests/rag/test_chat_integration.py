@@ -51,7 +51,7 @@ def _session(chat: dict[str, str], body: Any) -> Any:
 
     async def go() -> Any:
         async with websockets.connect(
-            url, origin=Origin("http://localhost"), additional_headers={"Cookie": chat["cookie"]}, open_timeout=10
+            url, origin=Origin(chat["web"]), additional_headers={"Cookie": chat["cookie"]}, open_timeout=10
         ) as socket:
             return await body(socket)
 
@@ -151,7 +151,7 @@ def test_a_chat_socket_without_a_session_is_refused(chat: dict[str, str]) -> Non
     url = chat["web"].replace("http://", "ws://") + "/ws/chat/"
 
     async def go() -> None:
-        async with websockets.connect(url, origin=Origin("http://localhost"), open_timeout=10):
+        async with websockets.connect(url, origin=Origin(chat["web"]), open_timeout=10):
             pass
 
     # Closed before the handshake completes: Daphne answers the upgrade with 403.

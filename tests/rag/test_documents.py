@@ -248,7 +248,7 @@ def test_re_uploading_a_file_name_replaces_the_document(
         ("big.txt", b"a" * (MAX_BYTES + 1), "5 MB"),
         ("empty.md", b"", "빈 파일"),
         ("euc-kr.txt", "연차".encode("cp949"), "UTF-8"),
-        ("broken.pdf", b"%PDF-1.4\nnope", "PDF를 읽을 수 없습니다"),
+        ("renamed.pdf", b"not a pdf at all", "PDF를 읽을 수 없습니다"),  # a real PDF is read by the worker
     ],
 )
 @pytest.mark.django_db

@@ -144,6 +144,22 @@ def test_an_uploaded_korean_file_is_ingested_by_the_worker_replaced_on_re_upload
     assert not IndexedSource.objects.filter(collection=document.collection, source=document.source).exists()
 
 
+def test_a_pdf_is_read_by_the_worker_and_indexed(
+    owner: User, owner_client: Client, celery_worker: harness.Service, chroma_server: str
+) -> None:
+    from tests.rag.test_documents import minimal_pdf
+
+    lines = ["재택근무는 주 2회까지 신청할 수 있습니다.", "Prefill reads the whole prompt at once."]
+    response = owner_client.post(
+        "/documents/", {"file": SimpleUploadedFile("규정.pdf", minimal_pdf(lines)), "collection": "mine"}
+    )
+    assert response.status_code == 302, response.content.decode()[-2000:]
+    document = wait_until_done(Document.objects.get(owner=owner).pk, celery_worker)
+    assert document.status == Document.Status.READY, document.error
+    assert all(line in document.text for line in lines) and bytes(document.raw) == b""
+    assert_indexed_exactly(document, document.text)
+
+
 def test_the_rows_stop_polling_once_the_worker_is_done(
     owner: User, owner_client: Client, celery_worker: harness.Service, chroma_server: str
 ) -> None:
@@ -207,7 +223,7 @@ def test_the_preview_counts_tokens_with_the_engines_tokenizer(owner: User, owner
     assert sum(counts) < len(HANDBOOK.encode())
 
 
-def test_a_class_members_upload_is_ingested_into_the_class_collection_and_found_by_classmates(
+def test_an_instructors_upload_is_ingested_into_the_class_collection_and_found_by_the_class(
     owner: User, owner_client: Client, celery_worker: harness.Service, chroma_server: str
 ) -> None:
     from labapp.models import Classroom, Membership
@@ -215,7 +231,7 @@ def test_a_class_members_upload_is_ingested_into_the_class_collection_and_found_
     classroom = Classroom.objects.create(name="16장 실습반", join_code=f"c-{uuid.uuid4().hex[:8]}")
     classmate = User.objects.create_user(username=f"mate-{uuid.uuid4().hex[:8]}")
     outsider = User.objects.create_user(username=f"out-{uuid.uuid4().hex[:8]}")
-    Membership.objects.create(classroom=classroom, user=owner)
+    Membership.objects.create(classroom=classroom, user=owner, role=Membership.Role.INSTRUCTOR)
     Membership.objects.create(classroom=classroom, user=classmate)
     key = f"class-{classroom.pk}"
     try:

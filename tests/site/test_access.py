@@ -96,7 +96,7 @@ def world(db: None) -> World:
         own_document=_document(learner, rag_access.user_collection_name(learner), "mine.md"),
         class_document=_document(learner, room.collection_name, "shared.md"),
         assignment=Assignment.objects.create(classroom=room, lab=1, opens_at=now, due_at=now + timedelta(days=1)),
-        engine=Engine.objects.create(name="gpu", base_url="http://gpu:8000"),
+        engine=Engine.objects.create(name="gpu", base_url="http://gpu:8000", added_by=instructor),
     )
 
 
@@ -151,10 +151,12 @@ TABLE: list[tuple[str, Callable[[World, Any], bool], set[str]]] = [
         _gets(lambda w, u: bench_access.job_for_viewer(u, w.job.pk)),
         {"learner", "instructor", "admin"},
     ),
+    ("may_remove_engine", lambda w, u: access.may_remove_engine(u, w.engine.added_by_id), {"instructor", "admin"}),
+    ("engine_for", _gets(lambda w, u: bench_access.engine_for(u, w.engine.pk)), {"instructor", "admin"}),
     (
-        "engine_for",
-        _gets(lambda w, u: bench_access.engine_for(u, w.engine.pk)),
-        {"instructor", "other_instructor", "admin"},
+        "removable_engines",
+        lambda w, u: w.engine in bench_access.removable_engines(u),
+        {"instructor", "admin"},
     ),
     ("own document_for", _gets(lambda w, u: rag_access.document_for(u, w.own_document.pk)), {"learner"}),
     (
@@ -172,6 +174,23 @@ TABLE: list[tuple[str, Callable[[World, Any], bool], set[str]]] = [
         lambda w, u: rag_access.may_manage_document(u, w.class_document),
         {"learner", "instructor"},
     ),
+    ("may_add_class_material", lambda w, u: access.may_add_class_material(u, w.room), {"instructor", "admin"}),
+    (
+        "may_upload_into class",
+        lambda w, u: rag_access.may_upload_into(u, w.room.collection_name),
+        {"instructor", "admin"},
+    ),
+    (
+        "may_upload_into own",
+        lambda w, u: rag_access.may_upload_into(u, rag_access.user_collection_name(w.learner)),
+        {"learner"},
+    ),
+    (
+        "upload_collections class",
+        lambda w, u: f"class-{w.room.pk}" in {ref.key for ref in rag_access.upload_collections(u)},
+        {"instructor"},  # an admin who is not a member does not see the class's documents either
+    ),
+    ("may_replace_document", lambda w, u: rag_access.may_replace_document(u, w.class_document), {"learner"}),
     (
         "class collection_resolve",
         _gets(lambda w, u: rag_access.collection_resolve(u, f"class-{w.room.pk}")),
@@ -272,8 +291,11 @@ def test_an_assignment_is_changed_only_by_its_classes_instructor(world: World, p
     assert Assignment.objects.filter(pk=world.assignment.pk).exists() == (status == 404)
 
 
-@pytest.mark.parametrize(("persona", "status"), [("learner", 404), ("other_instructor", 302)])
-def test_an_engine_is_removed_only_by_an_instructor_or_admin(world: World, persona: str, status: int) -> None:
+@pytest.mark.parametrize(
+    ("persona", "status"),
+    [("learner", 404), ("other_instructor", 404), ("instructor", 302), ("admin", 302)],
+)
+def test_an_engine_is_removed_only_by_who_added_it_or_an_admin(world: World, persona: str, status: int) -> None:
     assert world.client(persona).post(f"/engines/{world.engine.pk}/delete/").status_code == status
     assert Engine.objects.filter(pk=world.engine.pk).exists() == (status == 404)
 

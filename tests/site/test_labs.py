@@ -15,6 +15,9 @@ from labapp.labs import services as lab_services
 from labapp.labs.catalog import LABS, Status, state_for, states_for
 from labapp.models import Assignment, Classroom, LabSubmission, Membership
 
+QUIET = {"disturbed": False, "extra_requests": 0.0}  # no other traffic on the engine while the cell ran
+ANSWERS = [{"id": f"q{n}", "coverage": 0.5} for n in range(3)]
+
 GOOD: dict[int, dict[str, Any]] = {
     1: {
         "cells": [
@@ -25,33 +28,42 @@ GOOD: dict[int, dict[str, Any]] = {
                 "output_tokens": 50,
                 "median_ttft_ms": 180.0,
                 "median_decode_ms": 2000.0,
-            },
+            }
+            | QUIET,
         ],
         "prefill_speed": 600.0,
         "decode_speed": 25.0,
         "check": {"estimate_s": 4.2, "measured_s": 4.0, "error_pct": 5.0},
     },
     2: {
-        "cells": [{"completed": 1, "failed": 0}],
+        "cells": [
+            {"completed": 1, "failed": 0, "sweep": "input", "input_tokens": i, "output_tokens": 16} | QUIET
+            for i in (100, 400, 800, 1200, 1600)
+        ]
+        + [
+            {"completed": 1, "failed": 0, "sweep": "output", "input_tokens": 100, "output_tokens": o} | QUIET
+            for o in (16, 64, 128, 192, 256)
+        ],
         "fits": {
             "ttft_vs_input": {"slope": 1.6, "intercept": 40, "r2": 0.99},
             "decode_vs_output": {"slope": 40, "intercept": 5, "r2": 0.999},
-            "tpot_by_input": {"100": 40.0, "1600": 44.0},
+            "tpot_by_input": {"100": 40.0, "400": 41.0, "800": 42.0, "1200": 43.0, "1600": 44.0},
             "prefill_speed": 620.0,
             "tpot_ms": 40.0,
         },
     },
     3: {
         "cells": [
-            {"completed": 8, "failed": 0, "request_throughput": 0.5, "median_tpot_ms": 40},
-            {"completed": 8, "failed": 0, "request_throughput": 1.4, "median_tpot_ms": 70},
+            {"completed": 8, "failed": 0, "request_throughput": 0.5, "median_tpot_ms": 40} | QUIET,
+            {"completed": 8, "failed": 0, "request_throughput": 1.4, "median_tpot_ms": 70} | QUIET,
         ],
+        "slo": {"ttft_ms": 3000.0, "tpot_ms": 200.0, "share": 0.9},
         "best_level": 4,
     },
     4: {
         "cells": [
-            {"completed": 2, "failed": 0, "median_tpot_ms": 40},
-            {"completed": 2, "failed": 0, "median_tpot_ms": 44},
+            {"completed": 2, "failed": 0, "median_tpot_ms": 40} | QUIET,
+            {"completed": 2, "failed": 0, "median_tpot_ms": 44} | QUIET,
         ],
         "fits": {
             "500": {"slope": 1.7, "intercept": 100, "r2": 0.98},
@@ -60,23 +72,32 @@ GOOD: dict[int, dict[str, Any]] = {
     },
     5: {
         "cells": [
-            {"completed": 2, "failed": 0, "cell": "cold", "median_ttft_ms": 2400, "median_cached_tokens": 0},
-            {"completed": 2, "failed": 0, "cell": "warm", "median_ttft_ms": 110, "median_cached_tokens": 1536},
+            {"completed": 2, "failed": 0, "cell": "cold", "median_ttft_ms": 2400, "median_cached_tokens": 0} | QUIET,
+            {"completed": 2, "failed": 0, "cell": "warm", "median_ttft_ms": 110, "median_cached_tokens": 1536} | QUIET,
             {
                 "completed": 2,
                 "failed": 0,
                 "cell": "other_question",
                 "median_ttft_ms": 300,
                 "median_cached_tokens": 1408,
-            },
-            {"completed": 2, "failed": 0, "cell": "reordered", "median_ttft_ms": 1900, "median_cached_tokens": 128},
+            }
+            | QUIET,
+            {"completed": 2, "failed": 0, "cell": "reordered", "median_ttft_ms": 1900, "median_cached_tokens": 128}
+            | QUIET,
         ],
         "warm_speedup": 21.8,
     },
     6: {
         "cells": [
-            {"completed": 3, "failed": 0, "cell": "normal", "median_output_tokens": 160, "answer_coverage": 0.5},
-            {"completed": 3, "failed": 0, "cell": "brief_cap", "median_output_tokens": 30, "answer_coverage": 0.4},
+            {"completed": 3, "failed": 0, "cell": cell, "median_output_tokens": tokens, "answer_coverage": coverage}
+            | QUIET
+            | {"answers": ANSWERS}
+            for cell, tokens, coverage in (
+                ("normal", 160, 0.5),
+                ("brief", 90, 0.45),
+                ("cap", 32, 0.4),
+                ("brief_cap", 30, 0.4),
+            )
         ],
         "time_saved_pct": 70.0,
     },
@@ -86,21 +107,21 @@ GOOD: dict[int, dict[str, Any]] = {
 @pytest.mark.parametrize("number", sorted(GOOD))
 def test_good_results_pass_every_check_and_a_broken_one_fails_by_name(number: int) -> None:
     lab = LABS[number]
-    checks = lab.checks(GOOD[number])
+    checks = lab.checks(GOOD[number], {})
     assert checks and all(c.passed for c in checks), [c for c in checks if not c.passed]
-    empty = lab.checks({"cells": []})
+    empty = lab.checks({"cells": []}, {})
     assert not all(c.passed for c in empty) and all(c.name and c.message is not None for c in empty)
 
 
 def test_a_lab1_estimate_off_by_more_than_15_percent_fails_with_the_numbers() -> None:
     results = GOOD[1] | {"check": {"estimate_s": 5.0, "measured_s": 4.0, "error_pct": 25.0}}
-    failing = [c for c in LABS[1].checks(results) if not c.passed]
+    failing = [c for c in LABS[1].checks(results, {}) if not c.passed]
     assert len(failing) == 1 and "15%" in failing[0].name and "25.0" in failing[0].message
 
 
 def test_lab4_fails_when_ttft_does_not_rise_with_context() -> None:
     flat = GOOD[4] | {"fits": {"500": {"slope": -0.1, "intercept": 100, "r2": 0.1}}}
-    assert [c.passed for c in LABS[4].checks(flat)] == [True, False, True]
+    assert [c.passed for c in LABS[4].checks(flat, {})] == [True, False, True, True, True]
 
 
 def _job(user: User, number: int, status: str = "done", results: dict[str, Any] | None = None) -> BenchJob:
@@ -187,7 +208,7 @@ def test_the_lab_pages_run_show_checks_and_keep_a_refused_answer(monkeypatch: py
     assert "실행하세요" in response.content.decode() and "아직 결과 없음" in response.content.decode()
     _job(learner, 1)
     page = client.get("/labs/1/").content.decode()
-    assert page.count('data-passed="true"') == 3 and 'id="job-chart-data"' in page
+    assert page.count('data-passed="true"') == 5 and 'id="job-chart-data"' in page
     assert client.post("/labs/1/submit/", {"reflection": "비율은 24배"}, follow=True).status_code == 200
     assert 'data-status="submitted"' in client.get("/labs/1/").content.decode()
     assert client.get("/labs/7/").status_code == 404

@@ -11,6 +11,7 @@ from django.core.management import call_command
 from django.test import Client
 
 from bench.models import BenchJob
+from rag.vllm import client as vllm_client
 
 pytestmark = pytest.mark.django_db
 
@@ -65,7 +66,7 @@ def test_a_learner_with_a_finished_speed_probe_gets_their_speeds_and_an_enabled_
         owner=user,
         kind="speed",
         status="done",
-        engine_url="x",
+        engine_url=vllm_client.base_url(),  # the engine the page estimates for (the learner picked no other)
         results={"prefill_speed": 600.0, "decode_speed": 25.0, "cells": []},
     )
     page = client.get("/chapter/estimator/").content.decode()
@@ -86,7 +87,7 @@ def test_without_a_finished_speed_probe_the_button_is_disabled_and_points_to_lab
         owner=someone_else,
         kind="speed",
         status="done",
-        engine_url="x",
+        engine_url=vllm_client.base_url(),  # the same engine: only the owner decides
         results={"prefill_speed": 900.0, "decode_speed": 30.0, "cells": []},
     )
     page = client.get("/chapter/estimator/").content.decode()

@@ -11,7 +11,6 @@ defaults are the kind's own), a file setting given as the path of the file.
 from __future__ import annotations
 
 import asyncio
-import csv
 import json
 import random
 import sys
@@ -105,6 +104,4 @@ class Command(BaseCommand):
             options["json"].write_text(json.dumps(data, indent=1, ensure_ascii=False))
         if options["csv"]:
             with options["csv"].open("w", newline="") as out:
-                writer = csv.DictWriter(out, fieldnames=exports.CSV_COLUMNS)
-                writer.writeheader()
-                writer.writerows(exports.csv_rows(kind.name, results))
+                exports.write_csv(out, exports.csv_rows(kind.name, results))

@@ -8,6 +8,7 @@ import itertools
 import json
 import time
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import websockets
@@ -22,6 +23,12 @@ from labapp.ops.loadtest.plan import AskResult, LoadPlan, RoundResult
 # the application has not accepted within its websocket_connect_timeout (5 s).
 RECONNECT_S = 2.0
 HANDSHAKE_TRIES = 5
+
+
+def site_origin(web: str) -> Origin:
+    """The Origin a page of ``web`` sends: scheme, host and port (the site accepts no other)."""
+    parts = urlsplit(web)
+    return Origin(f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}")
 
 
 def _question(questions: list[str], n: int, marker: str) -> str:
@@ -97,7 +104,7 @@ async def _socket(
     """One tab: asks its questions one after the other and checks every frame it receives."""
     chatter = cast.chatters[cast.socket_owner[number]]
     url = web.replace("http://", "ws://").replace("https://", "wss://") + "/ws/chat/"
-    origin = Origin(web.split("//", 1)[0] + "//" + httpx.URL(web).host)
+    origin = site_origin(web)
     ids = [f"s{number}r{round_no}a{n}" for n in range(plan.asks)]
     mine = [AskResult(number, client_id, f"{cast.marker}-{client_id}") for client_id in ids]
     result.asks.extend(mine)  # counted even if the socket never opens

@@ -1,3 +1,11 @@
+// The sweep's sliders show their value in the <output> next to them.
+(function () {
+  "use strict";
+  document.querySelectorAll(".demo-sliders input[type=range]").forEach((slider) => {
+    const output = slider.nextElementSibling;
+    if (output && output.tagName === "OUTPUT") slider.addEventListener("input", () => { output.value = slider.value; });
+  });
+})();
 // The demo's sweep chart: polls the job's finished cells and redraws as each one lands.
 (function () {
   "use strict";

@@ -1,0 +1,498 @@
+"""Every lab's checks measure what they claim: for each check, a run where it alone fails.
+
+A passing baseline per lab (results and settings), then one mutation per check; the set
+of failed checks must be exactly that check. Then the rules the mutations do not reach:
+too few points, a loose SLO, normal answers without the evidence, disturbed cells, the
+hand-in below the minimums and speeds from the engine in use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import dataclasses
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import httpx
+import pytest
+from django.contrib.auth.models import User
+from django.core.management import call_command
+from django.test import Client
+
+from bench import kinds, scripted_server
+from bench.kinds import registry, retrieval, sweep
+from bench.kinds.cells import watched_cell
+from bench.kinds.load import LoadConfig
+from bench.kinds.prefix import PrefixConfig
+from bench.kinds.retrieval import RetrievalConfig
+from bench.kinds.short import ShortConfig
+from bench.kinds.speed import SpeedConfig
+from bench.kinds.sweep import SweepConfig
+from bench.models import BenchJob
+from bench.reporting import ProgressReporter
+from rag.vllm import server_metrics
+from tests import aio
+
+Results = dict[str, Any]
+Run = tuple[Results, Any]  # (results, typed config)
+
+ALL_OK = "모든 요청 성공"
+SETTINGS = "설정이 실습의 최소 조건을 만족"
+QUIET = "측정 중 다른 트래픽 없음"
+
+
+def _cell(**fields: Any) -> dict[str, Any]:
+    return {"completed": 2, "failed": 0, "disturbed": False, "extra_requests": 0.0} | fields
+
+
+# --- a passing run per lab ---------------------------------------------------------------------
+
+
+def _speed() -> Run:
+    cells = [
+        _cell(input_tokens=100, output_tokens=50, median_e2el_ms=2300.0),
+        _cell(input_tokens=1500, output_tokens=50, median_e2el_ms=4500.0),
+        _cell(input_tokens=100, output_tokens=500, median_e2el_ms=20800.0),
+        _cell(input_tokens=800, output_tokens=100, median_e2el_ms=5300.0, check=True),
+    ]
+    check = {"input_tokens": 800, "output_tokens": 100, "estimate_s": 5.33, "measured_s": 5.3, "error_pct": 0.6}
+    return {"cells": cells, "prefill_speed": 600.0, "decode_speed": 25.0, "check": check}, SpeedConfig()
+
+
+def _sweep_cells(ttfts: Sequence[float], decodes: Sequence[float], tpots: Sequence[float]) -> list[dict[str, Any]]:
+    inputs = [(i, t, p) for i, t, p in zip((100, 400, 800, 1200, 1600), ttfts, tpots, strict=True)]
+    outputs = list(zip((16, 64, 128, 192, 256), decodes, strict=True))
+    return [
+        _cell(sweep="input", input_tokens=i, output_tokens=16, median_ttft_ms=t, median_tpot_ms=p) for i, t, p in inputs
+    ] + [_cell(sweep="output", input_tokens=100, output_tokens=o, median_decode_ms=d) for o, d in outputs]
+
+
+def _sweep_run(ttfts: Sequence[float], decodes: Sequence[float], tpots: Sequence[float], config: SweepConfig) -> Run:
+    cells = _sweep_cells(ttfts, decodes, tpots)
+    return {"cells": cells, "fits": sweep.fits(cells)}, config
+
+
+LINE_TTFT = [40 + 1.6 * i for i in (100, 400, 800, 1200, 1600)]
+LINE_DECODE = [5 + 40 * (o - 1) for o in (16, 64, 128, 192, 256)]
+FLAT_TPOT = [40.0, 41.0, 42.0, 43.0, 44.0]
+
+
+def _sweep() -> Run:
+    return _sweep_run(LINE_TTFT, LINE_DECODE, FLAT_TPOT, SweepConfig())
+
+
+def _load() -> Run:
+    cells = [
+        _cell(level=1, concurrency=1, request_throughput=0.5, median_tpot_ms=40.0),
+        _cell(level=2, concurrency=2, request_throughput=0.9, median_tpot_ms=55.0),
+        _cell(level=4, concurrency=4, request_throughput=1.4, median_tpot_ms=90.0),
+    ]
+    slo = {"ttft_ms": 3000.0, "tpot_ms": 200.0, "share": 0.9}
+    return {"cells": cells, "slo": slo, "best_level": 4}, LoadConfig(concurrencies=(1, 2, 4))
+
+
+def _retrieval_run(ttft_1000: tuple[float, float], tpots: tuple[float, ...]) -> Run:
+    points = ((500, 1, 230, 210.0), (500, 3, 690, 600.0), (1000, 1, 310, ttft_1000[0]), (1000, 3, 930, ttft_1000[1]))
+    cells = [
+        _cell(chunk_size=size, top_k=k, median_context_tokens=tokens, median_ttft_ms=ttft, median_tpot_ms=tpot)
+        for (size, k, tokens, ttft), tpot in zip(points, tpots, strict=True)
+    ]
+    return {"cells": cells, "fits": retrieval.fits(cells)}, RetrievalConfig(top_ks=(1, 3), chunk_sizes=(500, 1000))
+
+
+def _retrieval() -> Run:
+    return _retrieval_run((280.0, 900.0), (40.0, 42.0, 41.0, 44.0))
+
+
+def _prefix() -> Run:
+    cells = [
+        _cell(cell="cold", median_ttft_ms=2400.0, median_cached_tokens=0.0),
+        _cell(cell="warm", median_ttft_ms=110.0, median_cached_tokens=1536.0),
+        _cell(cell="other_question", median_ttft_ms=300.0, median_cached_tokens=1408.0),
+        _cell(cell="reordered", median_ttft_ms=1900.0, median_cached_tokens=128.0),
+    ]
+    return {"cells": cells, "warm_speedup": 21.8, "cache_reset": "ok"}, PrefixConfig()
+
+
+def _answers(ids: tuple[str, ...] = ("q0", "q1", "q2")) -> list[dict[str, Any]]:
+    return [{"id": i, "question": f"{i}?", "answer": "…", "coverage": 0.8} for i in ids]
+
+
+def _short() -> Run:
+    cells = [
+        _cell(cell="normal", median_output_tokens=160.0, answer_coverage=0.8, answers=_answers()),
+        _cell(cell="brief", median_output_tokens=90.0, answer_coverage=0.7, answers=_answers()),
+        _cell(cell="cap", median_output_tokens=32.0, answer_coverage=0.6, answers=_answers()),
+        _cell(cell="brief_cap", median_output_tokens=30.0, answer_coverage=0.6, answers=_answers()),
+    ]
+    return {"cells": cells, "time_saved_pct": 70.0}, ShortConfig()
+
+
+BASELINES: dict[str, Callable[[], Run]] = {
+    "speed": _speed,
+    "sweep": _sweep,
+    "load": _load,
+    "retrieval": _retrieval,
+    "prefix": _prefix,
+    "short": _short,
+}
+
+
+def _checked(kind: str, run: Run) -> dict[str, Any]:
+    """{check name: its Check} of the kind's lab on this run."""
+    lab = registry.get(kind).lab
+    assert lab is not None
+    results, config = run
+    return {c.name: c for c in lab.all_checks(results, config)}
+
+
+# --- one mutation per check -------------------------------------------------------------------
+
+Mutation = Callable[[Results, Any], Run]
+
+
+def _in_cell(index: int, **fields: Any) -> Mutation:
+    def mutate(results: Results, config: Any) -> Run:
+        results["cells"][index] |= fields
+        return results, config
+
+    return mutate
+
+
+def _set(**fields: Any) -> Mutation:
+    def mutate(results: Results, config: Any) -> Run:
+        return results | fields, config
+
+    return mutate
+
+
+def _configured(**fields: Any) -> Mutation:
+    def mutate(results: Results, config: Any) -> Run:
+        return results, dataclasses.replace(config, **fields)
+
+    return mutate
+
+
+def _baseline(run: Run) -> Mutation:
+    return lambda results, config: run
+
+
+FAILED_REQUEST = _in_cell(0, failed=1, errors=["HTTP 500"])
+DISTURBED = _in_cell(1, disturbed=True, extra_requests=2.0)
+
+MUTATIONS: list[tuple[str, str, Mutation]] = [
+    ("speed", ALL_OK, FAILED_REQUEST),
+    ("speed", "처음 보는 모양에서 추정이 측정의 15% 이내", _set(check={"estimate_s": 7.0, "error_pct": 32.1})),
+    ("speed", "프리필이 디코드보다 토큰당 빠름", _set(prefill_speed=20.0)),
+    ("speed", SETTINGS, _configured(shapes=((100, 50), (1500, 50)))),
+    ("speed", QUIET, DISTURBED),
+    ("sweep", ALL_OK, FAILED_REQUEST),
+    (
+        "sweep",
+        "입력 길이에 대한 TTFT 직선 r² ≥ 0.95",
+        _baseline(_sweep_run([100, 900, 150, 1000, 300], LINE_DECODE, FLAT_TPOT, SweepConfig())),
+    ),
+    (
+        "sweep",
+        "출력 길이에 대한 디코드 시간 직선 r² ≥ 0.95",
+        _baseline(_sweep_run(LINE_TTFT, [600, 100, 5000, 900, 1200], FLAT_TPOT, SweepConfig())),
+    ),
+    (
+        "sweep",
+        "짧은 문맥에서 TPOT는 입력 길이에 거의 무관 (최대/최소 ≤ 1.3)",
+        _baseline(_sweep_run(LINE_TTFT, LINE_DECODE, [40.0, 41.0, 42.0, 43.0, 80.0], SweepConfig())),
+    ),
+    ("sweep", SETTINGS, _configured(input_lengths=(100, 400, 800, 1600))),
+    ("sweep", QUIET, DISTURBED),
+    ("load", ALL_OK, FAILED_REQUEST),
+    ("load", "부하를 올리면 처리량이 오름", _in_cell(2, request_throughput=0.4)),
+    ("load", "부하를 올리면 TPOT가 늘어남", _in_cell(2, median_tpot_ms=30.0)),
+    ("load", "SLO를 지키는 가장 높은 부하를 찾음", _set(best_level=None)),
+    ("load", SETTINGS, _configured(concurrencies=(1, 4))),
+    ("load", QUIET, DISTURBED),
+    ("retrieval", ALL_OK, FAILED_REQUEST),
+    (
+        "retrieval",
+        "가져온 토큰이 많을수록 TTFT가 오름",
+        _baseline(_retrieval_run((900.0, 280.0), (40.0, 42.0, 41.0, 44.0))),
+    ),
+    (
+        "retrieval",
+        "TPOT는 문맥 길이와 거의 무관 (최대/최소 ≤ 1.5)",
+        _baseline(_retrieval_run((280.0, 900.0), (40.0, 42.0, 41.0, 90.0))),
+    ),
+    ("retrieval", SETTINGS, _configured(top_ks=(3,))),
+    ("retrieval", QUIET, DISTURBED),
+    ("prefix", ALL_OK, FAILED_REQUEST),
+    ("prefix", "웜 요청의 TTFT가 콜드의 절반 이하", _in_cell(1, median_ttft_ms=1500.0)),
+    ("prefix", "웜 요청은 캐시된 토큰이 있고 콜드는 없음", _in_cell(0, median_cached_tokens=16.0)),
+    ("prefix", "청크 순서를 바꾸면 캐시를 더 쓰지 못함", _in_cell(3, median_cached_tokens=1500.0)),
+    ("prefix", SETTINGS, _configured(contexts=0)),
+    ("prefix", QUIET, DISTURBED),
+    ("short", ALL_OK, FAILED_REQUEST),
+    ("short", "짧게 답하라는 지시만으로 출력 토큰이 줄어듦 (상한 없이)", _in_cell(1, median_output_tokens=160.0)),
+    ("short", "전체 시간이 줄어듦", _set(time_saved_pct=-4.0)),
+    ("short", "짧은 답도 근거를 지킴 (보통 답 근거 포함률의 70% 이상)", _in_cell(3, answer_coverage=0.5)),
+    ("short", SETTINGS, _in_cell(1, answers=_answers(("q0", "q1")))),
+    ("short", QUIET, DISTURBED),
+]
+
+
+@pytest.mark.parametrize("kind", sorted(BASELINES))
+def test_the_baseline_passes_every_check_and_every_check_has_a_mutation(kind: str) -> None:
+    checked = _checked(kind, BASELINES[kind]())
+    assert all(c.passed for c in checked.values()), [c for c in checked.values() if not c.passed]
+    assert {SETTINGS, QUIET, ALL_OK} <= set(checked)
+    assert set(checked) == {name for k, name, _mutation in MUTATIONS if k == kind}
+
+
+@pytest.mark.parametrize(("kind", "name", "mutate"), MUTATIONS, ids=[f"{k}: {n}" for k, n, _m in MUTATIONS])
+def test_each_check_fails_alone_on_its_mutation(kind: str, name: str, mutate: Mutation) -> None:
+    results, config = copy.deepcopy(BASELINES[kind]())
+    checked = _checked(kind, mutate(results, config))
+    assert {n for n, c in checked.items() if not c.passed} == {name}
+    assert checked[name].message
+
+
+# --- rules the table does not reach -----------------------------------------------------------
+
+
+def test_a_lab2_line_through_too_few_points_fails_even_with_r2_of_one() -> None:
+    cells = [c for c in _sweep_cells(LINE_TTFT, LINE_DECODE, FLAT_TPOT) if c["input_tokens"] in (100, 1600)]
+    cells = [c for c in cells if c["sweep"] == "input" or c["output_tokens"] in (16, 256)]
+    results: Results = {"cells": cells, "fits": sweep.fits(cells)}
+    assert results["fits"]["ttft_vs_input"]["r2"] == 1.0  # two points always lie on a line
+    checked = _checked("sweep", (results, SweepConfig(input_lengths=(100, 1600), output_lengths=(16, 256))))
+    for name in ("입력 길이에 대한 TTFT 직선 r² ≥ 0.95", "출력 길이에 대한 디코드 시간 직선 r² ≥ 0.95"):
+        assert not checked[name].passed and "점이 2개뿐" in checked[name].message
+    assert not checked[SETTINGS].passed and "입력 길이 5개 이상 (지금 2개)" in checked[SETTINGS].message
+    assert "출력 길이 5개 이상" in checked[SETTINGS].message
+
+
+def test_a_lab3_slo_of_an_hour_fails_the_settings_and_the_slo_check() -> None:
+    results, _config = _load()
+    loose = results | {"slo": {"ttft_ms": 3_600_000.0, "tpot_ms": 200.0}}
+    checked = _checked("load", (loose, LoadConfig(concurrencies=(1, 2, 4), slo_ttft_ms=3_600_000.0)))
+    assert {n for n, c in checked.items() if not c.passed} == {SETTINGS, "SLO를 지키는 가장 높은 부하를 찾음"}
+    assert "TTFT SLO 3000 ms 이하 (지금 3.6e+06 ms)" in checked[SETTINGS].message
+    assert "느슨" in checked["SLO를 지키는 가장 높은 부하를 찾음"].message
+    stricter = LoadConfig(concurrencies=(1, 2, 4), slo_ttft_ms=1000.0, slo_tpot_ms=100.0)
+    assert _checked("load", (results | {"slo": {"ttft_ms": 1000.0, "tpot_ms": 100.0}}, stricter))[SETTINGS].passed
+
+
+def test_lab6_compares_nothing_when_the_normal_answers_lack_the_evidence() -> None:
+    results, config = _short()
+    for cell in results["cells"]:
+        cell["answer_coverage"] = 0.2  # the capped answers "keep" all of it, which says nothing
+    check = _checked("short", (results, config))["짧은 답도 근거를 지킴 (보통 답 근거 포함률의 70% 이상)"]
+    assert not check.passed and "아무것도 말하지 않음" in check.message
+
+
+def test_lab6_fewer_tokens_under_the_cap_alone_do_not_pass_the_instruction_check() -> None:
+    results, config = _short()
+    results["cells"][1]["median_output_tokens"] = 160.0  # the base model ignores "answer briefly"
+    checked = _checked("short", (results, config))
+    assert not checked["짧게 답하라는 지시만으로 출력 토큰이 줄어듦 (상한 없이)"].passed
+    assert checked["전체 시간이 줄어듦"].passed  # the cap still cuts the time
+
+
+def test_lab5_needs_all_four_asks_of_a_context() -> None:
+    results, config = _prefix()
+    results["cells"] = [c for c in results["cells"] if c["cell"] != "warm"]
+    checked = _checked("prefix", (results, config))
+    assert not checked[SETTINGS].passed and "빠진 칸: 웜" in checked[SETTINGS].message
+
+
+def test_settings_that_no_longer_read_fail_the_settings_check() -> None:
+    kind = registry.get("retrieval")
+    results, _config = _retrieval()
+    checked = {c.name: c for c in kind.lab_checks(results, {"chunk_sizes": "300"})}
+    assert not checked[SETTINGS].passed and "읽을 수 있는 설정" in checked[SETTINGS].message
+    assert kind.lab_missing(results, {}) == []  # the defaults meet the minimums
+
+
+@pytest.mark.parametrize("kind", sorted(BASELINES))
+def test_each_kinds_defaults_meet_its_labs_minimums(kind: str) -> None:
+    results, _config = BASELINES[kind]()
+    lab = registry.get(kind).lab
+    assert lab is not None and lab.minimums
+    assert lab.missing(kinds.config_for(kind, {}), results) == []
+
+
+# --- disturbed cells --------------------------------------------------------------------------
+
+
+def _metrics(running: float, waiting: float = 0) -> str:
+    return f'vllm:num_requests_running{{engine="0"}} {running}\nvllm:num_requests_waiting{{engine="0"}} {waiting}\n'
+
+
+def test_the_metrics_watch_finds_requests_beyond_the_cells_own() -> None:
+    scripted = [_metrics(0), _metrics(1), _metrics(2, 1), _metrics(1), _metrics(0)]
+    served: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        body = scripted[min(len(served), len(scripted) - 1)]
+        served.append(body)
+        return httpx.Response(200, text=body)
+
+    async def watch() -> dict[str, Any]:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(answer), base_url="http://engine") as http:
+            async with server_metrics.watched(http, every_s=0) as report:
+                while len(served) < len(scripted) - 1:  # every scripted sample but the last is read
+                    await asyncio.sleep(0)
+        return report
+
+    report = aio.run(watch())
+    assert report["peak_busy"] == 3 and report["peak_running"] == 2 and report["peak_waiting"] == 1
+    cell = watched_cell({"cell": "x"}, report)
+    assert cell["disturbed"] is True and cell["extra_requests"] == 2 and cell["server"] is report
+    assert watched_cell({}, report, own=3)["disturbed"] is False  # a load level with three of its own in flight
+    assert watched_cell({}, report, own=2) | {"server": None} == {
+        "server": None,
+        "disturbed": True,
+        "extra_requests": 1,
+    }
+    unknown = watched_cell({}, {"error": "/metrics unavailable: 404"})
+    assert unknown["disturbed"] is None and unknown["extra_requests"] is None
+    merged = server_metrics.merged([report, {"peak_busy": 1.0, "samples": 3}])
+    assert merged["peak_busy"] == 3 and watched_cell({}, merged)["extra_requests"] == 2
+
+
+@pytest.fixture
+def fake() -> Iterator[tuple[scripted_server.Script, str]]:
+    script = scripted_server.Script(delay_s=0.001)
+    with scripted_server.serve(script) as url:
+        yield script, url
+
+
+async def _keep_going(done: int, total: int, cell: str) -> bool:
+    return True
+
+
+SMALL = SpeedConfig(repeats=1, shapes=((20, 4), (60, 4), (20, 8)), check=(40, 6), seed=3)
+
+
+@pytest.mark.django_db
+def test_a_cell_measured_beside_other_traffic_is_marked_and_shown(
+    fake: tuple[scripted_server.Script, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, url = fake
+    reporter = ProgressReporter(_keep_going)
+    alone, _ = aio.run(kinds.measure("speed", SMALL, base_url=url, model="fake-model", reporter=reporter))
+    assert [c["disturbed"] for c in alone["cells"]] == [False] * 4
+    assert _checked("speed", (alone, SpeedConfig()))[QUIET].passed
+    _others_running(monkeypatch, 2)  # someone's chat answers: two more requests on the engine all along
+    shared, _ = aio.run(kinds.measure("speed", SMALL, base_url=url, model="fake-model", reporter=reporter))
+    assert all(c["disturbed"] and c["extra_requests"] >= 1 for c in shared["cells"])
+    check = _checked("speed", (shared, SpeedConfig()))[QUIET]
+    assert not check.passed and "4칸" in check.message
+    owner = User.objects.create(username="shared-engine")
+    job = BenchJob.objects.create(owner=owner, kind="speed", engine_url=url, status="done", results=shared)
+    client = Client()
+    client.force_login(owner)
+    page = client.get(f"/bench/{job.pk}/").content.decode()
+    assert "이 칸을 재는 동안 다른 요청이 엔진에서 실행되었습니다" in page and page.count('data-disturbed="true"') == 4
+    lab_page = client.get("/labs/1/").content.decode()
+    assert "이 칸을 재는 동안 다른 요청이 엔진에서 실행되었습니다" in lab_page and "20/4" in lab_page
+
+
+def _others_running(monkeypatch: pytest.MonkeyPatch, extra: float) -> None:
+    """Every /metrics sample shows ``extra`` more requests running than the engine's own count."""
+    real = server_metrics.snapshot
+
+    async def with_others(client: httpx.AsyncClient) -> dict[str, float]:
+        values = await real(client)
+        return values | {"vllm:num_requests_running": values.get("vllm:num_requests_running", 0) + extra}
+
+    monkeypatch.setattr(server_metrics, "snapshot", with_others)
+
+
+@pytest.mark.parametrize(
+    ("kind", "raw"),
+    [
+        ("retrieval", {"questions": "1", "top_ks": "1, 2", "chunk_sizes": "200"}),
+        ("prefix", {"contexts": "1", "top_k": "2", "chunk_size": "200"}),
+        ("short", {"questions": "1", "normal_tokens": "16", "cap_tokens": "2"}),
+        ("load", {"concurrencies": "1, 2", "input_tokens": "8", "output_tokens": "3"}),
+    ],
+)
+def test_every_kinds_cells_carry_the_mark(
+    kind: str, raw: dict[str, Any], fake: tuple[scripted_server.Script, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.bench.test_bench_labs import _scripted_rag
+
+    _scripted_rag(monkeypatch)
+    _, url = fake
+    config, reporter = kinds.config_for(kind, raw), ProgressReporter(_keep_going)
+    if kind != "load":  # a load level's own in flight varies with the scheduling; only the marked run is pinned
+        alone, _ = aio.run(kinds.measure(kind, config, base_url=url, model="fake-model", reporter=reporter))
+        assert alone["cells"] and all(c["disturbed"] is False for c in alone["cells"])
+    _others_running(monkeypatch, 3)  # beyond even the load sweep's top level of 2
+    shared, _ = aio.run(kinds.measure(kind, config, base_url=url, model="fake-model", reporter=reporter))
+    assert shared["cells"] and all(c["disturbed"] is True and c["extra_requests"] >= 1 for c in shared["cells"])
+    if kind == "load":
+        assert shared["cells"][0]["extra_requests"] >= 2  # level 1: three beyond its one, less any of its own
+
+
+# --- the hand-in --------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_a_hand_in_below_the_minimums_is_refused_and_the_page_says_why() -> None:
+    from labapp.labs import services as lab_services
+    from labapp.models import LabSubmission
+
+    learner = User.objects.create(username="too-few")
+    results, _config = _sweep()
+    raw = {"input_lengths": "100, 1600", "output_lengths": "16, 256", "seed": 4}
+    BenchJob.objects.create(
+        owner=learner, kind="sweep", config=raw, engine_url="http://e", status="done", results=results
+    )
+    with pytest.raises(lab_services.SubmitError, match="최소 조건") as refused:
+        lab_services.lab_submit(user=learner, number=2, reflection="기울기는 1/프리필 속도")
+    assert "입력 길이 5개 이상 (지금 2개)" in str(refused.value) and not LabSubmission.objects.exists()
+    client = Client()
+    client.force_login(learner)
+    page = client.get("/labs/2/").content.decode()
+    assert 'id="lab-minimums"' in page and "입력 길이 5개 이상과 출력 길이 5개 이상" in page
+    assert 'id="lab-missing"' in page and "출력 길이 5개 이상 (지금 2개)" in page
+    answer = client.post("/labs/2/submit/", {"reflection": "남겨 둘 답"}, follow=True).content.decode()
+    assert "최소 조건에 못 미쳐" in answer and "남겨 둘 답" in answer
+    BenchJob.objects.create(owner=learner, kind="sweep", config={"seed": 5}, engine_url="http://e", status="done",
+                            results=results)  # fmt: skip
+    done = lab_services.lab_submit(user=learner, number=2, reflection="기울기는 1/프리필 속도")
+    assert done.created and done.submission.passed
+
+
+# --- speeds from the engine in use ----------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_the_estimators_speeds_come_from_a_probe_on_the_same_engine(settings: Any) -> None:
+    from bench import engines
+    from bench.models import Engine
+    from bench.selectors import chat_speeds, learner_speeds, speed_probe_speeds
+
+    configured, gpu = settings.VLLM_BASE_URL, "http://gpu-box:8000"
+    learner = User.objects.create(username="two-engines")
+    here = BenchJob.objects.create(owner=learner, kind="speed", engine_url=configured, status="done",
+                                   results={"prefill_speed": 600.0, "decode_speed": 25.0})  # fmt: skip
+    there = BenchJob.objects.create(owner=learner, kind="speed", engine_url=gpu + "/", status="done",
+                                    results={"prefill_speed": 9000.0, "decode_speed": 120.0})  # fmt: skip
+    on_cpu, on_gpu = learner_speeds(learner, configured), learner_speeds(learner, gpu)
+    assert on_cpu is not None and (on_cpu.prefill, on_cpu.decode) == (600.0, 25.0) and f"#{here.pk}" in on_cpu.basis
+    assert on_gpu is not None and on_gpu.prefill == 9000.0 and f"#{there.pk}" in on_gpu.basis
+    assert speed_probe_speeds(learner, "http://elsewhere:8000") is None
+    assert learner_speeds(learner, "http://elsewhere:8000") is None  # no chat answers' speeds for another engine
+    chat = chat_speeds(learner)
+    assert chat is not None and chat.prefill == 600.0  # the chat answers on the configured engine
+    Engine.objects.create(name="GPU", base_url=gpu, added_by=learner)
+    call_command("load_chapter", verbosity=0)
+    client = Client()
+    client.force_login(learner)
+    session = client.session
+    session[engines.SESSION_KEY] = gpu
+    session.save()
+    page = client.get("/chapter/estimator/").content.decode()
+    assert "9000.0" in page and "600.0 토큰/초" not in page
