@@ -34,17 +34,15 @@ class PingConsumer(AsyncJsonWebsocketConsumer):
         if content.get("type") != "ping":
             await self.send_json({"type": "error", "error": 'expected {"type": "ping"}'})
             return
-        try:
-            await self.channel_layer.send(
-                self.channel_name,
-                {
-                    "type": "echo.pong",
-                    "client_sent": content.get("sent"),
-                    "server_received": time.time(),
-                },
-            )
-        except Exception as exc:  # Redis down: say so on the socket instead of dropping it
-            await self.send_json({"type": "error", "error": f"channel layer (Redis) unavailable: {exc}"})
+        message = {"type": "echo.pong", "client_sent": content.get("sent"), "server_received": time.time()}
+        for attempt in (1, 2):
+            try:
+                await self.channel_layer.send(self.channel_name, message)
+                return
+            except Exception as exc:  # Redis down: say so on the socket instead of dropping it
+                # Once more first: after Redis restarts, the layer's pooled connection fails once.
+                if attempt == 2:
+                    await self.send_json({"type": "error", "error": f"channel layer (Redis) unavailable: {exc}"})
 
     async def echo_pong(self, event: dict[str, Any]) -> None:
         await self.send_json(

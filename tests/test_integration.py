@@ -108,6 +108,7 @@ def _ws_round_trip(url: str, origin: str) -> dict[str, object]:
 def test_a_websocket_round_trips_through_daphne_and_the_channel_layer(web_server: str) -> None:
     url = web_server.replace("http://", "ws://") + "/ws/ping/"
     reply = _ws_round_trip(url, origin=web_server)  # the site's own origin: scheme, host and port
+    assert reply.get("type") == "pong", reply
     assert reply == {"type": "pong", "sent": 1.5, "via": "channel layer", "server_received": reply["server_received"]}
 
 

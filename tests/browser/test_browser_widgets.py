@@ -29,12 +29,13 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 from bench.models import BenchJob
+from rag.vllm import client as vllm_client
 cookies = {}
 for name, measured in (("unmeasured", False), ("measured", True)):
     user = User.objects.create(username=f"widgets-{name}-{uuid.uuid4().hex[:8]}")
     if measured:
         BenchJob.objects.create(
-            owner=user, kind="speed", status="done", engine_url="x", finished_at=timezone.now(),
+            owner=user, kind="speed", status="done", engine_url=vllm_client.base_url(), finished_at=timezone.now(),
             results={"prefill_speed": 600.0, "decode_speed": 25.0, "cells": []},
         )
     client = Client()
