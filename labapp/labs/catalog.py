@@ -44,6 +44,11 @@ class Lab:
         return self._served()[0].name
 
     @property
+    def job_kind_label(self) -> Any:
+        """The kind's name as a reader sees it (translated), e.g. "속도 측정 (실습 1)"."""
+        return self._served()[0].label
+
+    @property
     def keys(self) -> tuple[tuple[str, str], ...]:
         """(label, dotted path into the job's results) of the key numbers."""
         return self._served()[1].keys
