@@ -21,16 +21,6 @@ class Reporter(Protocol):
         ...
 
 
-class SilentReporter:
-    """Keeps going and keeps nothing: for commands and tests that only want the result."""
-
-    async def progress(self, done: int, total: int, cell: str) -> bool:
-        return True
-
-    async def partial(self, results: dict[str, Any]) -> None:
-        return None
-
-
 class ProgressReporter:
     """Progress through a function (a progress bar, a test's script); partial results are not kept."""
 

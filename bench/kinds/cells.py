@@ -13,6 +13,11 @@ def median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
+def number(value: Any) -> float | None:
+    """A saved result that is a number (not a bool, not missing), as a float; else None."""
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
 def share(flags: list[bool]) -> float | None:
     return sum(flags) / len(flags) if flags else None
 

@@ -17,7 +17,7 @@ from django.utils.translation import gettext_lazy
 
 from bench import charts, configs, runner
 from bench.kinds import rag_work, registry, speed
-from bench.kinds.cells import cell_summary, line_fit, median, share, watched_cell
+from bench.kinds.cells import cell_summary, line_fit, median, number, share, watched_cell
 from bench.kinds.checks import Check, all_ok, done_cells
 from bench.kinds.registry import Field, Runs
 from bench.kinds.session import CLIENT_TIMEOUT_S, Session, keeps_partial, warm_up
@@ -83,8 +83,8 @@ async def measure_cell(
     answers = []
     context_tokens: list[float] = []
     servers: list[dict[str, Any]] = []
-    for number, prompt in enumerate(prompts):
-        nonce = nonce_line(config.seed, size, top_k, number)
+    for index, prompt in enumerate(prompts):
+        nonce = nonce_line(config.seed, size, top_k, index)
         spec = runner.RequestSpec(
             prompt=nonce + prompt.text, max_tokens=config.max_tokens, ignore_eos=False, stop=prompt.stop
         )
@@ -93,7 +93,7 @@ async def measure_cell(
         servers.append(server)
         if record.prompt_tokens is not None:
             (zero,) = await vllm_client.count_tokens(
-                [nonce + bare[number].text], model=session.model, client=session.http
+                [nonce + bare[index].text], model=session.model, client=session.http
             )
             context_tokens.append(max(0, record.prompt_tokens - zero))
         answers.append(rag_work.answer(prompt, record))
@@ -231,10 +231,6 @@ def checks(r: dict[str, Any]) -> list[Check]:
     ]
 
 
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
 TtftPoints = dict[str, list[tuple[float, float]]]
 
 
@@ -244,7 +240,7 @@ def class_points(latest: list[tuple[str, str, dict[str, Any]]]) -> TtftPoints:
     for username, _engine_url, results in latest:
         points = []
         for cell in results.get("cells", []):
-            x, y = _number(cell.get("median_context_tokens")), _number(cell.get("median_ttft_ms"))
+            x, y = number(cell.get("median_context_tokens")), number(cell.get("median_ttft_ms"))
             if cell.get("completed") and x is not None and y is not None:
                 points.append((x, y))
         if points:

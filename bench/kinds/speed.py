@@ -15,6 +15,7 @@ from django.utils.translation import gettext_lazy
 
 from bench import charts
 from bench.kinds import registry
+from bench.kinds.cells import number
 from bench.kinds.checks import Check, all_ok
 from bench.kinds.registry import Field, Runs
 from bench.kinds.session import Shape, measure_shapes
@@ -191,10 +192,6 @@ def missing(config: SpeedConfig, results: dict[str, Any]) -> list[str]:
     return lacking
 
 
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
 SpeedPoints = dict[str, list[tuple[str, float | None, float | None]]]
 
 
@@ -202,7 +199,7 @@ def class_points(latest: list[tuple[str, str, dict[str, Any]]]) -> SpeedPoints:
     """engine URL → [(username, prefill tok/s, decode tok/s)] from each learner's latest probe."""
     out: SpeedPoints = {}
     for username, engine_url, results in latest:
-        prefill, decode = _number(results.get("prefill_speed")), _number(results.get("decode_speed"))
+        prefill, decode = number(results.get("prefill_speed")), number(results.get("decode_speed"))
         if prefill is None and decode is None:
             continue
         out.setdefault(engine_url or "?", []).append((username, prefill, decode))
