@@ -94,7 +94,7 @@ def gradebook_csv(book: Gradebook) -> str:
     for lab in book.labs:
         prefix = f"lab{lab.number}"
         header += [f"{prefix} status", f"{prefix} checks", f"{prefix} late", f"{prefix} submitted_at"]
-        header += [f"{prefix} {label}" for label, _path in lab.keys]
+        header += [f"{prefix} {key}" for key, _path in lab.keys]
     out = io.StringIO()
     writer = csv.writer(out)
     writer.writerow([csv_safe(h) for h in header])
@@ -106,7 +106,7 @@ def gradebook_csv(book: Gradebook) -> str:
             late = _("늦음") if cell.late else (_("마감 지남") if cell.overdue else "")
             line += [str(cell.state.status_label), f"{cell.checks_passed}/{cell.checks_total}", late, submitted_at]
             numbers = cell.key_numbers
-            line += [numbers.get(label) for label, _path in cell.state.lab.keys]
+            line += [numbers.get(key) for key, _path in cell.state.lab.keys]
         writer.writerow([csv_safe(value) for value in line])
     return out.getvalue()
 

@@ -33,3 +33,11 @@ def number(value: Any) -> str:
 @register.filter
 def get_item(mapping: Any, key: Any) -> Any:
     return mapping.get(key) if hasattr(mapping, "get") else None
+
+
+@register.filter
+def key_label(key: Any) -> str:
+    """A stored key number's label in the reader's language ("prefill tok/s" → "프리필 속도 (tok/s)")."""
+    from bench.kinds.checks import key_label as label
+
+    return label(str(key))

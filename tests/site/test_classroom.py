@@ -419,7 +419,7 @@ def test_the_gradebook_shows_status_key_numbers_checks_and_late_marks(class_mode
     assert lab1.state.status == "submitted" and lab1.late and (lab1.checks_passed, lab1.checks_total) == (1, 2)
     assert lab4.state.status == "passed" and lab4.overdue and lab4.key_numbers["ms/token (500)"] == 1.7
     page = response.content.decode()
-    assert "제출함" in page and "확인 1/2" in page and 'data-late="true"' in page and "prefill tok/s 600" in page
+    assert "제출함" in page and "확인 1/2" in page and 'data-late="true"' in page and "프리필 속도 (tok/s) 600" in page
     assert 'id="class-speeds-data"' in page and 'id="class-ttft-data"' in page and "plotly.min.js" in page
     assert "learner_b" not in page
 
@@ -436,7 +436,7 @@ def test_the_learner_page_shows_their_labs_jobs_reflections_and_answers(class_mo
     assert f'data-job="{world.job_a.pk}"' in page and "learner_b" not in page
     job_page = client.get(f"/classes/{world.room_a.pk}/learners/{world.learner_a.pk}/jobs/{world.job_a.pk}/")
     text = job_page.content.decode()
-    assert job_page.status_code == 200 and 'id="job-chart-data"' in text and "prefill tok/s: <b>600</b>" in text
+    assert job_page.status_code == 200 and 'id="job-chart-data"' in text and "프리필 속도 (tok/s): <b>600</b>" in text
     assert text.count('data-passed="true"') == 5 and "bench_cancel" not in text and "/cancel/" not in text
 
 
