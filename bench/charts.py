@@ -9,6 +9,7 @@ dicts (plotly's JSON) for plotly.js, which the site serves from the package.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from django.utils.translation import gettext as _
@@ -109,14 +110,139 @@ def timeline(results: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def charts(kind: str, runs: Runs) -> list[dict[str, Any]]:
-    """The kind's chart, then (for one job) its per-request timeline: [{"id", "data_id", "figure"}, ...]."""
+    """The kind's chart, then (for one job) its per-request timeline: [{"id", "data_id", "figure"}, ...].
+
+    Jobs drawn together get one colour each and one line style per series (``compare_style``);
+    every log axis gets readable ticks (``tidy_log_axes``).
+    """
     runs = [(name, results) for name, results in runs if cells(results)]
     job_kind = registry.find(kind)
     if not runs or job_kind is None or job_kind.chart is None:
         return []
-    out = [{"id": "job-chart", "data_id": "job-chart-data", "figure": job_kind.chart(runs)}]
+    main = tidy_log_axes(job_kind.chart(runs))
+    if len(runs) > 1:
+        main = compare_style(main, [name for name, _results in runs])
+    out = [{"id": "job-chart", "data_id": "job-chart-data", "figure": main}]
     if len(runs) == 1:
         line = timeline(runs[0][1])
         if line:
             out.append({"id": "job-timeline", "data_id": "job-timeline-data", "figure": line})
     return out
+
+
+# --- jobs drawn together ---------------------------------------------------------------------
+
+# One colour per job (Okabe–Ito, apart from the chunk-size colours of bench.palette where it can),
+# one line style (or bar pattern) per series within a panel.
+JOB_COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#56B4E9", "#E69F00")
+DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
+PATTERNS = ("", "/", ".", "x", "-", "+")
+
+
+def _run_of(name: str, runs: list[str]) -> str | None:
+    return next((run for run in runs if name.startswith(f"{run} ")), None)
+
+
+def compare_style(figure: dict[str, Any], runs: list[str]) -> dict[str, Any]:
+    """Several jobs in one figure: each job one colour and one legend group titled by its name;
+    each series (by its name, within its panel) one line style, the same for every job.
+
+    A kind that colours its series itself (retrieval: a colour per chunk size, ``bench.palette``)
+    keeps its colours; there a job is told by its line style instead.
+    """
+    kind_coloured = any((trace.get("line") or {}).get("color") for trace in figure.get("data", []))
+    styles: dict[tuple[str, str], int] = {}
+    for trace in figure.get("data", []):
+        name = str(trace.get("name", ""))
+        run = _run_of(name, runs)
+        if run is None:
+            continue
+        series = name[len(run) + 1 :]
+        panel = str(trace.get("xaxis", "x"))
+        style = styles.setdefault((panel, series), sum(1 for key in styles if key[0] == panel))
+        job = runs.index(run)
+        colour = JOB_COLOURS[job % len(JOB_COLOURS)]
+        trace.update(name=series, legendgroup=run, legendgrouptitle={"text": run})
+        trace["hovertemplate"] = "%{x}, %{y}<extra>" + f"{run} {series}".replace("%", "%%") + "</extra>"
+        if kind_coloured:
+            trace["line"] = (trace.get("line") or {}) | {"dash": DASHES[job % len(DASHES)]}
+        elif trace.get("type") == "bar":
+            pattern = {"shape": PATTERNS[style % len(PATTERNS)]}
+            trace["marker"] = (trace.get("marker") or {}) | {"color": colour, "pattern": pattern}
+        else:
+            trace["line"] = (trace.get("line") or {}) | {"color": colour, "dash": DASHES[style % len(DASHES)]}
+            trace["marker"] = (trace.get("marker") or {}) | {"color": colour}
+    # Below the panels, one row per job (its group title first): the panels keep their width.
+    legend = {"orientation": "h", "x": 0, "xanchor": "left", "y": -0.2, "yanchor": "top", "groupclick": "togglegroup"}
+    layout = figure.setdefault("layout", {})
+    layout["legend"] = (layout.get("legend") or {}) | legend | {"tracegroupgap": 4, "font": {"size": 12}}
+    shown = [t for t in figure.get("data", []) if t.get("showlegend", True) and t.get("legendgroup") == runs[0]]
+    layout["height"] = int(str(layout.get("height") or LAYOUT["height"])) + 20 * len(shown) + 50
+    return figure
+
+
+# --- log axes ----------------------------------------------------------------------------------
+
+MOST_TICKS = 8
+
+
+def _nice(value: float) -> str:
+    if value >= 10_000:
+        return f"{value / 1000:g}k"
+    return f"{value:g}"
+
+
+def log_ticks(low: float, high: float, *, most: int = MOST_TICKS) -> list[float]:
+    """Tick values for a log axis over [low, high]: 1-2-5 in each decade, or the decades alone
+    when 1-2-5 would give more than ``most``; always one tick at or below ``low`` and one at or
+    above ``high``, so that the ticks span the data."""
+    if low <= 0 or high <= 0:
+        return []
+    low, high = min(low, high), max(low, high)
+    first, last = math.floor(math.log10(low)) - 1, math.ceil(math.log10(high)) + 1
+    for steps in ((1, 2, 5), (1,)):
+        every = [m * 10.0**e for e in range(first, last + 1) for m in steps]
+        below = max(v for v in every if v <= low * (1 + 1e-9))
+        above = min(v for v in every if v >= high * (1 - 1e-9))
+        ticks = [float(f"{v:.6g}") for v in every if below <= v <= above]
+        if len(ticks) <= most:
+            return ticks
+    return ticks
+
+
+def _axis_values(figure: dict[str, Any], axis: str) -> list[float]:
+    """The positive numbers drawn along the layout axis ``axis`` ("xaxis", "yaxis2", ...)."""
+    letter, number = axis[0], axis[5:]
+    values: list[float] = []
+    for trace in figure.get("data", []):
+        if str(trace.get(f"{letter}axis", letter)) != f"{letter}{number}":
+            continue
+        points = trace.get(letter)
+        if isinstance(points, list):
+            values += [float(v) for v in points if isinstance(v, int | float) and not isinstance(v, bool) and v > 0]
+    return values
+
+
+def tidy_log_axes(figure: dict[str, Any]) -> dict[str, Any]:
+    """Every log axis of the figure ticked readably: the few levels themselves on an x axis that
+    has at most ``MOST_TICKS`` of them (1, 2, 4, 8 concurrent requests), else 1-2-5 or decades."""
+    layout = figure.get("layout", {})
+    for axis, options in layout.items():
+        if not (axis.startswith(("xaxis", "yaxis")) and isinstance(options, dict) and options.get("type") == "log"):
+            continue
+        values = _axis_values(figure, axis)
+        if not values:
+            continue
+        levels = sorted(set(values))
+        ticks = (
+            levels if axis.startswith("xaxis") and len(levels) <= MOST_TICKS else log_ticks(min(values), max(values))
+        )
+        pad = 0.06 * max(math.log10(ticks[-1] / ticks[0]), 0.3)
+        options.update(
+            tickmode="array",
+            tickvals=ticks,
+            ticktext=[_nice(v) for v in ticks],
+            range=[math.log10(ticks[0]) - pad, math.log10(ticks[-1]) + pad],
+            minor={"showgrid": False},
+        )
+    return figure

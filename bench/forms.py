@@ -19,6 +19,49 @@ from bench import configs, kinds
 from bench.kinds import registry
 from bench.kinds.registry import Field, JobKind
 
+# What each number means and its unit, for a setting whose kind gives no help text of its own.
+HELP: dict[str, Any] = {
+    "repeats": gettext_lazy(
+        "같은 측정을 몇 번 되풀이할지. 많을수록 중앙값이 안정됩니다 (부하 스윕: 단계마다 8 × 반복 횟수 요청)."
+    ),
+    "mode": gettext_lazy(
+        "동시성: 늘 정해진 수만큼 요청을 띄워 둡니다. "
+        "요청률: 초당 정해진 수만큼 보내고, 밀리면 클라이언트에서 기다립니다."
+    ),
+    "concurrencies": gettext_lazy("동시에 진행시킬 요청 수의 단계들, 쉼표로 (예: 1, 2, 4, 8). 단계마다 따로 잽니다."),
+    "rates": gettext_lazy("초당 보내는 요청 수(req/s)의 단계들, 쉼표로. 요청 사이 간격은 감마 분포에서 뽑습니다."),
+    "burstiness": gettext_lazy(
+        "요청 간격이 얼마나 몰리는지. 1 = 포아송(무작위), 1보다 작으면 몰려서, 크면 고르게 도착합니다."
+    ),
+    "workload": gettext_lazy("보낼 프롬프트의 종류."),
+    "input_tokens": gettext_lazy("요청 하나의 프롬프트 길이, 토큰 (서버가 돌려준 사용량(usage)으로 확인합니다)."),
+    "output_tokens": gettext_lazy("요청 하나가 생성할 토큰 수 (max_tokens, 중간에 멈추지 않게 합니다)."),
+    "prefixes": gettext_lazy("공유 프리픽스 작업량에서 서로 다른 공통 머리말의 개수."),
+    "prefix_tokens": gettext_lazy("공통 머리말 하나의 길이, 토큰."),
+    "slo_ttft_ms": gettext_lazy(
+        "첫 토큰까지 시간(TTFT)의 목표 상한, 밀리초. TTFT와 TPOT를 모두 지킨 요청만 굿풋에 셉니다."
+    ),
+    "slo_tpot_ms": gettext_lazy("첫 토큰 뒤 출력 토큰 하나당 시간(TPOT)의 목표 상한, 밀리초."),
+    "top_k": gettext_lazy("질문마다 검색해 프롬프트에 넣는 청크 수 (0 = 검색 없이)."),
+    "chunk_size": gettext_lazy("문서를 자른 청크 하나의 크기, 글자 수 (색인된 크기 중에서)."),
+    "questions": gettext_lazy("평가 질문 몇 개로 잴지. 경우마다 같은 질문을 씁니다."),
+    "top_ks": gettext_lazy("비교할 top-k 값들, 쉼표로 (0 = 검색 없이)."),
+    "max_tokens": gettext_lazy("답 하나의 최대 출력 토큰 (max_tokens)."),
+    "contexts": gettext_lazy("캐시 실험에 쓰는 서로 다른 긴 문맥의 수."),
+    "input_lengths": gettext_lazy("입력 스윕에서 잴 프롬프트 길이들, 토큰, 쉼표로."),
+    "fixed_output": gettext_lazy("입력 스윕 동안 고정하는 출력 길이, 토큰."),
+    "output_lengths": gettext_lazy("출력 스윕에서 잴 출력 길이들, 토큰, 쉼표로."),
+    "fixed_input": gettext_lazy("출력 스윕 동안 고정하는 입력 길이, 토큰."),
+    "normal_tokens": gettext_lazy("짧게 하라는 지시도 상한도 없는 보통 답변의 max_tokens, 토큰."),
+    "caps": gettext_lazy("짧은 답변에 걸어 볼 max_tokens 상한들, 토큰, 쉼표로."),
+}
+RADIOS_MOST = 4  # a choice of at most this many options shows every option at once (radios)
+
+
+def help_text(field: Field) -> Any:
+    """The field's own help text, else what ``HELP`` says about its setting."""
+    return field.help_text or HELP.get(field.name, "")
+
 
 def form_fields(every: list[JobKind]) -> dict[str, tuple[Field, list[JobKind]]]:
     """Each setting's name → (its field as the first kind declares it, every kind that reads it)."""
@@ -50,13 +93,14 @@ def form_field(name: str, field: Field, users: list[JobKind], shown: str) -> for
     defaults = {kind.name: shown_default(kind, name) for kind in users}
     default = defaults.get(shown, next(iter(defaults.values())))
     attrs = {"data-kinds": " ".join(defaults), "data-defaults": json.dumps(defaults)}
-    common: dict[str, Any] = {"label": field.label, "required": False, "help_text": field.help_text}
+    common: dict[str, Any] = {"label": field.label, "required": False, "help_text": help_text(field)}
     made: forms.Field
     widget: forms.Widget
     if field.widget == "jsonl":
         made = forms.FileField(**common)
     elif field.widget == "choice":
-        widget = forms.Select(choices=[(str(value), label) for value, label in field.choices])
+        options = [(str(value), label) for value, label in field.choices]
+        widget = forms.RadioSelect(choices=options) if len(options) <= RADIOS_MOST else forms.Select(choices=options)
         made = forms.CharField(widget=widget, initial=default, **common)
     else:
         attrs["placeholder"] = default

@@ -52,9 +52,16 @@ class BenchJob(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)  # the running worker's last sign of life
     finished_at = models.DateTimeField(null=True, blank=True)
+    # The lab whose page's run button made this job (null: made on the benchmark pages); only
+    # such runs count for the lab's status, so a /bench/ job never passes a lab.
+    lab = models.PositiveSmallIntegerField(null=True, blank=True)
+    # The learner's prediction made with the run, set only by the lab's run form:
+    # {"value": float, "unit": str, "what": str, "made_at": ISO time} (null: none made).
+    prediction = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
+        indexes = [models.Index(fields=["owner", "lab"], name="benchjob_owner_lab")]
 
     @property
     def progress_percent(self) -> int:

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from importlib import import_module
+
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import F
 from django.utils.translation import gettext as _
 
-from bench.kinds import speed
+from bench import engines
 from bench.models import BenchJob
-from rag.chat import Speeds
-from rag.conversations import answer_speeds
+from rag.chat import Engine, Speeds
 from rag.vllm import client as vllm_client
 
-SPEED_KIND = speed.KIND.name  # Lab 1's job kind
+SPEEDS_LAB = 1  # the lab whose runs measure a learner's prefill and decode speeds
+PROBES_LOOKED_AT = 20  # how far back a finished run without both speeds is skipped
 
 
 def _same_engine(url: str) -> list[str]:
@@ -21,37 +25,45 @@ def _same_engine(url: str) -> list[str]:
 
 
 def speed_probe_speeds(user: AbstractBaseUser, engine_url: str) -> Speeds | None:
-    """The prefill and decode speeds of the learner's latest finished Lab 1 speed probe on ``engine_url``
-    (None: none yet there). Another engine's speeds would estimate this one's times wrongly."""
-    probe = (
+    """The prefill and decode speeds of the learner's latest finished Lab 1 run on ``engine_url`` that
+    measured both (None: none yet there). Only runs made for Lab 1 count (``BenchJob.lab``), never a
+    /bench/ job or a chat answer; another engine's speeds would estimate this one's times wrongly."""
+    probes = (
         BenchJob.objects.filter(
-            owner_id=user.pk, kind=SPEED_KIND, status=BenchJob.Status.DONE, engine_url__in=_same_engine(engine_url)
+            owner_id=user.pk, lab=SPEEDS_LAB, status=BenchJob.Status.DONE, engine_url__in=_same_engine(engine_url)
         )
-        .order_by("-finished_at", "-pk")
-        .values("pk", "results")
-        .first()
+        .order_by(F("finished_at").desc(nulls_last=True), "-pk")
+        .values("pk", "results")[:PROBES_LOOKED_AT]
     )
-    results = probe["results"] if probe else {}
-    if not (probe and results.get("prefill_speed") and results.get("decode_speed")):
-        return None
-    return Speeds(
-        prefill=float(results["prefill_speed"]),
-        decode=float(results["decode_speed"]),
-        basis=_("실습 1 속도 측정 #%(id)d에서 잰 내 속도") % {"id": probe["pk"]},
-        samples=len(results.get("cells", [])),
-    )
+    for probe in probes:
+        results = probe["results"] or {}
+        if results.get("prefill_speed") and results.get("decode_speed"):
+            return Speeds(
+                prefill=float(results["prefill_speed"]),
+                decode=float(results["decode_speed"]),
+                basis=_("실습 1 속도 측정 #%(id)d에서 잰 내 속도") % {"id": probe["pk"]},
+                samples=len(results.get("cells", [])),
+            )
+    return None
 
 
 def learner_speeds(user: AbstractBaseUser, engine_url: str) -> Speeds | None:
     """The learner's own speeds on ``engine_url``, for the chapter's estimator and the chat's estimate:
-    from their latest Lab 1 speed probe there, else (on the configured engine, where the chat
-    answers) the median over their recent finished answers."""
-    found = speed_probe_speeds(user, engine_url)
-    if found is None and engine_url.rstrip("/") == vllm_client.base_url().rstrip("/"):
-        return answer_speeds(user)
-    return found
+    from their latest Lab 1 run there (chat answers never count: their prompts are mostly cached)."""
+    return speed_probe_speeds(user, engine_url)
 
 
-def chat_speeds(user: AbstractBaseUser) -> Speeds | None:
-    """``learner_speeds`` on the engine the chat answers on (the configured one)."""
-    return learner_speeds(user, vllm_client.base_url())
+def chat_speeds(user: AbstractBaseUser, engine_url: str | None = None) -> Speeds | None:
+    """``learner_speeds`` on the engine a chat answer came from (default: the configured one)."""
+    return learner_speeds(user, engine_url or vllm_client.base_url())
+
+
+def chat_engine(session_key: str | None) -> Engine:
+    """The engine the learner picked on the engines page (kept in their session, read afresh), where
+    the chat answers; the configured one when they picked none or their pick is gone."""
+    session = import_module(settings.SESSION_ENGINE).SessionStore(session_key) if session_key else None
+    url = engines.chosen_url(session)
+    choice = next((c for c in engines.choices() if c.url == url), None)
+    if choice is None or choice.configured:
+        return Engine(name=choice.name if choice else "")
+    return Engine(url=choice.url, name=choice.name, model=choice.model)

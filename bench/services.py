@@ -24,9 +24,18 @@ from rag.vllm import client as vllm_client
 
 
 def job_create(
-    *, owner: AbstractBaseUser, kind: str, config: dict[str, Any], engine_url: str | None = None
+    *,
+    owner: AbstractBaseUser,
+    kind: str,
+    config: dict[str, Any],
+    engine_url: str | None = None,
+    lab: int | None = None,
+    prediction: dict[str, Any] | None = None,
 ) -> BenchJob:
-    """A job on ``engine_url`` (the learner's chosen engine; default the configured one)."""
+    """A job on ``engine_url`` (the learner's chosen engine; default the configured one).
+
+    ``lab`` and ``prediction`` are set by a lab page's run form only (the run counts for that
+    lab; the learner's prediction is compared with what it measures)."""
     from bench import tasks
 
     reaper.jobs_reap_stale()  # a lost worker's job does not hold the queue up in front of the new one
@@ -38,6 +47,8 @@ def job_create(
             config=seeded,
             engine_url=engine_url or vllm_client.base_url(),
             total_requests=kinds.config_for(kind, seeded).total_requests,
+            lab=lab,
+            prediction=prediction,
         )
         transaction.on_commit(lambda: tasks.job_run.delay(job.pk))
     return job
@@ -58,7 +69,13 @@ class JobsBusy(Exception):
 
 
 def job_submit(
-    *, owner: AbstractBaseUser, kind: str, config: dict[str, Any], engine_url: str | None = None
+    *,
+    owner: AbstractBaseUser,
+    kind: str,
+    config: dict[str, Any],
+    engine_url: str | None = None,
+    lab: int | None = None,
+    prediction: dict[str, Any] | None = None,
 ) -> BenchJob:
     """``job_create`` for a person at a web page: refused with ``JobsBusy`` past the per-user limit.
 
@@ -72,7 +89,7 @@ def job_submit(
         wait_s = busy_retry_after_s(owner=owner)
         if wait_s is not None:
             raise JobsBusy(wait_s)
-        return job_create(owner=owner, kind=kind, config=config, engine_url=engine_url)
+        return job_create(owner=owner, kind=kind, config=config, engine_url=engine_url, lab=lab, prediction=prediction)
 
 
 def job_cancel(*, job: BenchJob) -> BenchJob:

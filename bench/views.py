@@ -14,6 +14,7 @@ from django.views.decorators.http import require_POST
 
 from bench import access, charts, engines, exports, reaper, services
 from bench.forms import JobForm
+from bench.kinds import registry
 from bench.models import BenchJob
 from rag.vllm import client as vllm_client
 
@@ -67,9 +68,45 @@ def bench_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     return render(request, template, context)
 
 
+SettingRow = tuple[str, list[str]]  # (label, the value of each job)
+
+
+def _setting_values(job: BenchJob) -> dict[str, str]:
+    """A job's settings as the form shows them (its defaults filled in), by field name."""
+    kind = registry.find(job.kind)
+    if kind is None:
+        return {}
+    config = kind.saved_config(job.config or {})
+    values: dict[str, str] = {}
+    for field in kind.fields:
+        if config is None:  # saved settings that no longer read: what was stored
+            values[field.name] = str((job.config or {}).get(field.name, "—"))
+        elif field.widget == "jsonl":
+            values[field.name] = str(len(getattr(config, field.attribute) or ())) + " " + str(gettext_lazy("프롬프트"))
+        else:
+            values[field.name] = field.shown(getattr(config, field.attribute))
+    if config is not None and hasattr(config, "seed"):
+        values["seed"] = str(config.seed)
+    return values
+
+
+def settings_diff(jobs: list[BenchJob]) -> tuple[list[SettingRow], list[SettingRow]]:
+    """The compared jobs' settings side by side: (the rows that differ, the rows every job shares)."""
+    kind = registry.find(jobs[0].kind) if jobs else None
+    labels = {field.name: str(field.label) for field in (kind.fields if kind else ())}
+    labels["seed"] = str(gettext_lazy("시드"))
+    per_job = [_setting_values(job) for job in jobs]
+    rows: list[SettingRow] = [(labels[name], [values.get(name, "—") for values in per_job]) for name in labels]
+    rows.append((str(gettext_lazy("엔진")), [engines.name_of(job.engine_url) for job in jobs]))
+    rows.append((str(gettext_lazy("모델")), [str((job.results or {}).get("model") or "—") for job in jobs]))
+    differ = [row for row in rows if len(set(row[1])) > 1]
+    same = [row for row in rows if len(set(row[1])) <= 1]
+    return differ, same
+
+
 @login_required
 def bench_compare(request: HttpRequest) -> HttpResponse:
-    """Two or more of the learner's finished jobs of one kind, drawn over each other."""
+    """Two or more of the learner's finished jobs of one kind, drawn over each other, and how their settings differ."""
     ids = [int(i) for i in request.GET.getlist("ids") if i.isdigit()]
     chosen = access.jobs_for(request.user, ids)  # another user's id among them: 404
     error = ""
@@ -78,8 +115,9 @@ def bench_compare(request: HttpRequest) -> HttpResponse:
     elif len({j.kind for j in chosen}) > 1:
         error = str(gettext_lazy("같은 종류의 작업끼리만 겹쳐 그릴 수 있습니다."))
     figures = [] if error else _charts(chosen[0].kind, chosen)
-    status = 400 if error else 200
-    return render(request, "bench/compare.html", {"jobs": chosen, "charts": figures, "error": error}, status=status)
+    differ, same = ([], []) if error else settings_diff(chosen)
+    context = {"jobs": chosen, "charts": figures, "error": error, "differ": differ, "same": same}
+    return render(request, "bench/compare.html", context, status=400 if error else 200)
 
 
 @login_required

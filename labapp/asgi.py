@@ -12,14 +12,14 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.urls import path  # noqa: E402
 
 from bench.consumers import JobProgressConsumer  # noqa: E402
-from bench.selectors import chat_speeds  # noqa: E402
+from bench.selectors import chat_engine, chat_speeds  # noqa: E402
 from labapp.consumers import PingConsumer  # noqa: E402
 from labapp.origins import SameOriginValidator  # noqa: E402
 from rag.consumers import ChatConsumer  # noqa: E402
 
 websocket_urlpatterns = [
     path("ws/ping/", PingConsumer.as_asgi()),
-    path("ws/chat/", ChatConsumer.as_asgi(speeds=chat_speeds)),
+    path("ws/chat/", ChatConsumer.as_asgi(speeds=chat_speeds, engine=chat_engine)),
     path("ws/bench/<int:job_id>/", JobProgressConsumer.as_asgi()),
 ]
 

@@ -8,6 +8,7 @@ from labapp.status import views as status_views
 
 urlpatterns = [
     path("", chapter_views.home, name="home"),
+    path("chapter/", chapter_views.chapter_index, name="chapter_index"),
     path("chapter/<slug:slug>/", chapter_views.chapter_section, name="chapter_section"),
     path("demo/", demo_views.demo, name="demo"),
     path("demo/sweep/", demo_views.demo_sweep, name="demo_sweep"),

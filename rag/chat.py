@@ -13,11 +13,12 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from channels.db import database_sync_to_async
 from django.utils.translation import gettext as _
 
-from rag import prompting, retrieval
+from rag import answer_guard, prompting, retrieval
 from rag.access import CollectionRef
 from rag.estimator import gen_seconds
 from rag.vectorstore import RetrievalUnavailable
@@ -36,6 +37,38 @@ class Speeds:
     samples: int
 
 
+@dataclass(frozen=True)
+class Engine:
+    """The engine an answer is asked on: the learner's pick on the engines page (bench, wired in
+    labapp.asgi) or, by default, the configured one. ``url`` empty: the configured engine."""
+
+    url: str = ""
+    name: str = ""
+    model: str = ""  # the model a registered engine must serve ("" : its first)
+
+    @property
+    def base_url(self) -> str:
+        return self.url or vllm_client.base_url()
+
+    def shown(self) -> dict[str, str]:
+        """Name and address for the answer card, never with the address's credentials."""
+        return {"name": self.name, "url": public_url(self.base_url)}
+
+
+def public_url(url: str) -> str:
+    """``url`` without a user name, password, query or fragment (what a learner may read)."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = parts.port
+    except ValueError:
+        return ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = host if port is None else f"{host}:{port}"
+    return f"{parts.scheme}://{netloc}{parts.path}".rstrip("/") if parts.scheme else ""
+
+
 @dataclass
 class AnswerRun:
     """Everything measured and decided for one answer; the consumer saves it."""
@@ -46,6 +79,7 @@ class AnswerRun:
     language: str
     stall_timeout_s: float
     received_at: float = field(default_factory=time.perf_counter)
+    engine: Engine = field(default_factory=Engine)
     record: RequestRecord = field(default_factory=RequestRecord)
     prompt: prompting.Prompt | None = None
     api: str = "completions"  # or "chat": which vLLM endpoint answered
@@ -77,6 +111,7 @@ class AnswerRun:
         return {
             "api": self.api,
             "model": self.model,
+            "engine": self.engine.shown(),
             "retrieval_ms": None if self.retrieval_ms is None else round(self.retrieval_ms, 1),
             "embed_ms": None if self.embed_ms is None else round(self.embed_ms, 1),
             "search_ms": None if self.search_ms is None else round(self.search_ms, 1),
@@ -112,32 +147,37 @@ class AnswerRun:
         }
 
 
-_engine_cache: tuple[float, vllm_client.EngineInfo] | None = None
+_engine_cache: dict[str, tuple[float, vllm_client.EngineInfo]] = {}
 
 
-async def _engine() -> vllm_client.EngineInfo:
-    global _engine_cache
+async def _engine(engine: Engine | None = None) -> vllm_client.EngineInfo:
+    """The engine's model and length, asked again after ``ENGINE_INFO_TTL_S`` (per engine)."""
+    engine = engine or Engine()
     now = time.monotonic()
-    if _engine_cache is None or now - _engine_cache[0] > ENGINE_INFO_TTL_S:
-        info = await asyncio.to_thread(vllm_client.engine_info)
-        _engine_cache = (now, info)
-    return _engine_cache[1]
+    cached = _engine_cache.get(engine.base_url)
+    if cached is None or now - cached[0] > ENGINE_INFO_TTL_S:
+        if engine.url and engine.url.rstrip("/") != vllm_client.base_url().rstrip("/"):
+            info = await asyncio.to_thread(vllm_client.engine_info, url=engine.url, wanted=engine.model or None)
+        else:
+            info = await asyncio.to_thread(vllm_client.engine_info)
+        cached = _engine_cache[engine.base_url] = (now, info)
+    return cached[1]
 
 
 def engine_cache_clear() -> None:
-    global _engine_cache
-    _engine_cache = None
+    _engine_cache.clear()
 
 
 _token_counts: dict[str, int] = {}
 
 
-async def _count_cached(texts: list[str], *, model: str) -> list[int]:
+async def _count_cached(texts: list[str], *, model: str, url: str | None = None) -> list[int]:
     """Engine token counts, remembered by text (a chunk's text is its identity)."""
     keys = [hashlib.sha1(f"{model}\0{t}".encode(), usedforsecurity=False).hexdigest() for t in texts]
     missing = {k: t for t, k in zip(texts, keys, strict=True) if k not in _token_counts}
     if missing:
-        counted = await vllm_client.count_tokens(list(missing.values()), model=model)
+        http = vllm_client.shared_client(url)
+        counted = await vllm_client.count_tokens(list(missing.values()), model=model, client=http)
         _token_counts.update(zip(missing, counted, strict=True))
     return [_token_counts[k] for k in keys]
 
@@ -206,7 +246,9 @@ async def _fit(run: AnswerRun, chunks: list[prompting.ContextChunk], max_model_l
     template_margin = 32 if run.api == "chat" else 1  # the chat template's own tokens; BOS otherwise
     dropped: list[str] = []
     while True:
-        (tokens,) = await vllm_client.count_tokens([prompt.text], model=run.model)
+        (tokens,) = await vllm_client.count_tokens(
+            [prompt.text], model=run.model, client=vllm_client.shared_client(run.engine.base_url)
+        )
         overflow = tokens + template_margin + s.max_tokens - max_model_len
         if overflow <= 0:
             break
@@ -215,7 +257,7 @@ async def _fit(run: AnswerRun, chunks: list[prompting.ContextChunk], max_model_l
                 _("질문과 max_tokens(%(m)d)만으로 모델 최대 길이 %(len)d 토큰을 넘습니다.")
                 % {"m": s.max_tokens, "len": max_model_len}
             )
-        counts = await _count_cached([c.text for c in prompt.chunks], model=run.model)
+        counts = await _count_cached([c.text for c in prompt.chunks], model=run.model, url=run.engine.base_url)
         drop = prompting.chunks_to_drop(
             prompt.chunks,
             overflow_tokens=overflow,
@@ -241,10 +283,15 @@ async def _measure_prompt(run: AnswerRun) -> None:
     if prompt is None:
         return
     try:
+        url = run.engine.base_url
         head, head_context = await vllm_client.count_tokens(
-            [prompt.instructions, prompt.instructions + prompt.context], model=run.model
+            [prompt.instructions, prompt.instructions + prompt.context],
+            model=run.model,
+            client=vllm_client.shared_client(url),
         )
-        per_chunk = await _count_cached([c.text for c in prompt.chunks], model=run.model) if prompt.chunks else []
+        per_chunk = (
+            await _count_cached([c.text for c in prompt.chunks], model=run.model, url=url) if prompt.chunks else []
+        )
     except vllm_client.EngineUnavailable:
         return
     total = run.record.prompt_tokens
@@ -280,7 +327,7 @@ def estimate(record: RequestRecord, speeds: Speeds | None) -> dict[str, Any] | N
 async def answer_run(run: AnswerRun, send: Send) -> None:
     """Retrieve, assemble, stream and measure one answer; errors end up in ``run.error``."""
     try:
-        info = await _engine()
+        info = await _engine(run.engine)
     except vllm_client.EngineUnavailable as exc:
         run.error = _("vLLM에 연결할 수 없습니다: %(why)s") % {"why": exc}
         return
@@ -293,7 +340,8 @@ async def answer_run(run: AnswerRun, send: Send) -> None:
         }
         return
     try:
-        run.api = "chat" if await vllm_client.has_chat_template(run.model) else "completions"
+        http = vllm_client.shared_client(run.engine.base_url)
+        run.api = "chat" if await vllm_client.has_chat_template(run.model, client=http) else "completions"
     except vllm_client.EngineUnavailable as exc:
         run.error = _("vLLM에 연결할 수 없습니다: %(why)s") % {"why": exc}
         return
@@ -330,6 +378,7 @@ async def _stream(run: AnswerRun, prompt: prompting.Prompt, send: Send) -> None:
     """Stream the answer into ``run.record``, forwarding each piece of text as a token frame."""
 
     async def on_text(text: str, record: RequestRecord) -> None:
+        answer_guard.check(record, question=run.question)  # a repeat cancels the request here
         now = time.perf_counter()
         first = run.first_forward_at is None
         frame: dict[str, Any] = {"type": "token", "text": text, "n": record.output_tokens}
@@ -350,9 +399,17 @@ async def _stream(run: AnswerRun, prompt: prompting.Prompt, send: Send) -> None:
         messages=tuple(prompt.messages()),
     )
     run.sent_at = time.perf_counter()
-    await vllm_client.stream_request(
-        request, model=run.model, on_text=on_text, timeout=run.stall_timeout_s, record=run.record
-    )
+    try:
+        await vllm_client.stream_request(
+            request,
+            model=run.model,
+            on_text=on_text,
+            client=vllm_client.shared_client(run.engine.base_url),
+            timeout=run.stall_timeout_s,
+            record=run.record,
+        )
+    except answer_guard.Repeated as repeated:  # leaving the stream closed it: vLLM aborts the request
+        run.notice("repeat", answer_guard.stop_at(run.record, repeated.cut))
 
 
 def _engine_error(error: str, stall_timeout_s: float) -> str:

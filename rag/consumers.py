@@ -5,10 +5,10 @@ Frames from the browser (JSON objects):
    "conversation": <id or null>, "parent": <answer id or null>}
   {"type": "stop", "id": "<client id>"}
   {"type": "client_timing", "answer_id": N, "first_token_ms": x, "done_ms": y}
-Frames to the browser carry the client id: started, retrieval, prompt, token,
-done (with the saved answer), error; a bad frame gets an error frame and the
-socket stays open. Signing out closes the socket, and a user who must change a temporary
-password gets none (labapp.sockets).
+Frames to the browser carry the client id: started (with the engine that answers: the one
+picked on the engines page), retrieval, prompt, token, done (with the saved answer), error;
+a bad frame gets an error frame and the socket stays open. Signing out closes the socket, and
+a user who must change a temporary password gets none (labapp.sockets).
 """
 
 from __future__ import annotations
@@ -37,7 +37,18 @@ log = logging.getLogger(__name__)
 CLOSE_UNAUTHENTICATED = 4401
 MAX_FRAME_BYTES = 64 * 1024
 _CLIENT_ID = re.compile(r"^[A-Za-z0-9_-]{1,40}$")
-SpeedsOf = Callable[[AbstractBaseUser], chat.Speeds | None]
+# The learner's speeds on an engine (its base URL), from their Lab 1 runs there; None: none yet.
+SpeedsOf = Callable[[AbstractBaseUser, str], chat.Speeds | None]
+# The engine the learner picked (from their session's key; None: no session): the chat answers there.
+EngineOf = Callable[[str | None], chat.Engine]
+
+
+def no_speeds(user: AbstractBaseUser, engine_url: str) -> chat.Speeds | None:
+    return None
+
+
+def configured_engine(session_key: str | None) -> chat.Engine:
+    return chat.Engine()
 
 
 class ChatConsumer(AsyncJsonWebsocketConsumer):
@@ -45,11 +56,15 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     # keeps working while Redis is down (the sign-out watch is its own, optional listener).
     channel_layer_alias = "no-channel-layer"
 
-    def __init__(self, *args: Any, speeds: SpeedsOf = conversations.answer_speeds, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, speeds: SpeedsOf = no_speeds, engine: EngineOf = configured_engine, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
-        # Where the learner's speeds for an answer's estimate come from: the project's routing
-        # passes bench's (a Lab 1 speed probe first), which rag, below bench, does not import.
+        # Where an answer's engine and the learner's speeds for its estimate come from: the
+        # project's routing passes bench's (the engines page's pick, Lab 1 runs), which rag,
+        # below bench, does not import.
         self.speeds = speeds
+        self.engine_of = engine
 
     async def connect(self) -> None:
         self.user = self.scope.get("user")
@@ -166,6 +181,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             language=self.language,
             stall_timeout_s=float(settings.CHAT_TIMEOUT_S),
             received_at=received_at,
+            # Read at every ask: a pick made on the engines page after this tab opened counts.
+            engine=await database_sync_to_async(self.engine_of)(sockets.scope_session_key(self.scope)),
         )
         await self.send_json(
             {
@@ -176,6 +193,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                 "parent_id": answer.parent_id,
                 "question": question,
                 "settings": answer.settings,
+                "engine": run.engine.shown(),
             }
         )
         self.in_flight[client_id] = asyncio.create_task(self._answer(client_id, answer.pk, run))
@@ -189,7 +207,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             with translation.override(self.language):
                 await chat.answer_run(run, send)
                 if not run.error:  # after the stream, so it never delays the first token
-                    speeds = await database_sync_to_async(self.speeds)(self.user)
+                    speeds = await database_sync_to_async(self.speeds)(self.user, run.engine.base_url)
                     run.estimate = chat.estimate(run.record, speeds)
             status = Answer.Status.FAILED if run.error else Answer.Status.DONE
         except asyncio.CancelledError:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import statistics
 from datetime import timedelta
 from typing import Any
 
@@ -14,10 +13,9 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from rag import access
-from rag.chat import AnswerRun, Speeds
+from rag.chat import AnswerRun
 from rag.models import Answer, Conversation
 
-SPEED_SAMPLES = 20
 # A row still "streaming" after this long lost its process (a restart mid-answer): it no
 # longer counts against the learner's limit of answers at once.
 STREAMING_STALE_S = 15 * 60
@@ -113,34 +111,6 @@ def answer_browser_timing(
     answer.timings = timings
     answer.save(update_fields=["timings"])
     return timings
-
-
-def answer_speeds(user: AbstractBaseUser) -> Speeds | None:
-    """The learner's prefill and decode speeds as the median over their recent finished answers.
-
-    Prefill speed counts only the prompt tokens that were not served from the prefix
-    cache. (A Lab 1 speed probe, when there is one, is preferred by
-    ``bench.selectors.learner_speeds``, which falls back on this.)
-    """
-    prefill: list[float] = []
-    decode: list[float] = []
-    answers = Answer.objects.filter(conversation__owner_id=user.pk, status=Answer.Status.DONE).order_by("-pk")
-    for timings in answers.values_list("timings", flat=True)[:SPEED_SAMPLES]:
-        tokens = timings.get("tokens") or {}
-        prompt, cached = tokens.get("prompt"), tokens.get("cached") or 0
-        prefill_ms = timings.get("prefill_ms")
-        if prompt and prefill_ms and prompt - cached >= 16:
-            prefill.append((prompt - cached) / (prefill_ms / 1000))
-        if timings.get("decode_speed"):
-            decode.append(float(timings["decode_speed"]))
-    if not prefill or not decode:
-        return None
-    return Speeds(
-        prefill=statistics.median(prefill),
-        decode=statistics.median(decode),
-        basis=_("최근 답변 %(n)d개에서 측정한 내 속도") % {"n": max(len(prefill), len(decode))},
-        samples=max(len(prefill), len(decode)),
-    )
 
 
 def answer_payload(answer: Answer) -> dict[str, Any]:

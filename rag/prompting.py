@@ -14,6 +14,14 @@ from typing import Any
 from rag.chunking import CHUNK_SIZES
 
 MAX_QUESTION_CHARS = 2000
+PACKAGED_BASE_MODEL = "gemma-3-270m"
+
+
+def is_packaged_base_model(model: str) -> bool:
+    """Whether ``model`` names the packaged Gemma 3 270M base model (not its "-it" instruction-tuned
+    sibling): good for timing, poor for answers, so the chat and Lab 6 say so."""
+    name = model.lower().replace("_", "-")
+    return PACKAGED_BASE_MODEL in name and "-it" not in name
 
 
 class SettingsError(ValueError):
@@ -117,7 +125,9 @@ _INSTRUCTIONS = {
         "material below. If the material does not contain the answer, say you do not know."
     ),
 }
-_BRIEF = {"ko": "한두 문장으로 짧게 답하세요.", "en": "Answer in one or two sentences."}
+# A base model ignores "answer briefly" (Gemma 3 270M wrote up to the cap with or without it);
+# a one-line format with a stop at the line's end (``Prompt.stop``) keeps it short.
+_BRIEF = {"ko": "답은 한 줄로 짧게 씁니다.", "en": "The answer is one short line."}
 _LABELS = {
     "ko": {"material": "자료", "none": "(자료 없음)", "question": "질문", "answer": "답변"},
     "en": {"material": "Material", "none": "(no material)", "question": "Question", "answer": "Answer"},
@@ -131,6 +141,7 @@ class Prompt:
     question: str
     chunks: list[ContextChunk] = field(default_factory=list)
     language: str = "ko"
+    brief: bool = False
 
     @property
     def text(self) -> str:
@@ -146,9 +157,11 @@ class Prompt:
 
     @property
     def stop(self) -> list[str]:
-        """Where a base model starts writing the next question itself."""
+        """Where a base model starts the template again (a question, an answer, a material block);
+        a brief answer is one line, so it also ends at the line's end."""
         labels = _LABELS[self.language]
-        return [f"\n{labels['question']}:", f"\n[{labels['material']}"]
+        stops = [f"{labels['question']}:", f"{labels['answer']}:", f"\n[{labels['material']}"]
+        return [*stops, "\n"] if self.brief else stops
 
 
 def stable_order(chunks: list[ContextChunk]) -> list[ContextChunk]:
@@ -175,6 +188,7 @@ def prompt_build(
         question=f"{labels['question']}: {question}\n{labels['answer']}:",
         chunks=ordered,
         language=language,
+        brief=brief,
     )
 
 

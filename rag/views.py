@@ -46,7 +46,7 @@ def chat_labels() -> dict[str, str]:
         "tokens_per_s": _("토큰/초 (디코드)"),
         "finish_reason": _("종료 이유"),
         "estimate": _("추정기 예측"),
-        "estimate_none": _("측정된 내 속도가 아직 없습니다 (답변이 쌓이면 나옵니다)"),
+        "estimate_none": _("이 엔진에서 잰 내 실습 1 속도가 아직 없습니다 (실습 1을 이 엔진에서 돌리면 나옵니다)"),
         "measured": _("측정"),
         "websocket": _("웹소켓 오버헤드"),
         "websocket_help": _("브라우저에서 잰 첫 토큰 시간 − 서버에서 잰 첫 토큰 전송 시간"),
@@ -56,9 +56,9 @@ def chat_labels() -> dict[str, str]:
         "prompt": _("최종 프롬프트 보기"),
         "rank": _("순위"),
         "relevance": _("관련도"),
-        "fused": _("융합"),
-        "dense": _("밀집"),
-        "lexical": _("어휘"),
+        "fused": "RRF",
+        "dense": _("코사인 유사도"),
+        "lexical": "BM25",
         "tokens": _("토큰"),
         "not_in_prompt": _("길이 초과로 뺌"),
         "prefill_basis_server": _("프리필 = vLLM 보고값"),
@@ -66,6 +66,37 @@ def chat_labels() -> dict[str, str]:
         "api_completions": _("completions API (우리 템플릿)"),
         "api_chat": _("chat completions API (모델의 채팅 템플릿)"),
         "question_empty": _("질문을 입력하세요."),
+        "settings_chunk": _("청크"),
+        "settings_brief": _("짧게 답하기"),
+        "settings_temperature": _("온도"),
+    } | _card_labels()
+
+
+def _card_labels() -> dict[str, str]:
+    """The answer card's words: its key numbers, their tooltips, the "more" table, the sources."""
+    return {
+        "panel": _("이 답변의 시간"),
+        "bar_help": _("시간이 쓰인 곳: 검색 | 대기열 | 프리필 | 디코드"),
+        "retrieval_help": _("질문 임베딩과 자료 검색에 걸린 시간"),
+        "queue_help": _("vLLM 대기열에서 기다린 시간 (vLLM 보고)"),
+        "queue_none": _("vLLM이 대기열 시간을 보고하지 않았습니다"),
+        "prefill_help": _("프롬프트를 처리하고 첫 토큰을 내기까지"),
+        "decode_help": _("첫 토큰 뒤 나머지 토큰을 내는 데 걸린 시간"),
+        "tokens_in_out": _("토큰 입력→출력"),
+        "tokens_help": _("프롬프트 토큰 → 생성한 토큰 (vLLM이 보고한 수)"),
+        "cached_short": _("캐시"),
+        "engine": _("답한 엔진:"),
+        "more": _("자세히"),
+        "prefill_vs_ttft": _("프리필 / TTFT"),
+        "retrieval_split": _("검색 세부"),
+        "embed": _("임베딩"),
+        "search": _("검색"),
+        "relevance_help": _(
+            "관련도: 질문의 단어(드문 단어일수록 무겁게)가 이 자료에 든 비율입니다. 100%면 질문의 단어가 모두 "
+            "들어 있고, 높을수록 좋습니다 (영어 질문은 코사인 유사도가 더 높으면 그 값). 코사인 유사도 = "
+            "1 − 코사인 거리, 1이 가장 비슷합니다. BM25는 어휘 점수, RRF는 두 순위를 합친 점수로 순위만 "
+            "뜻합니다. #은 순위입니다."
+        ),
         "settings": _("설정"),
     }
 

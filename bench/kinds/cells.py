@@ -44,6 +44,8 @@ def cell_summary(records: list[RequestRecord], **fields: Any) -> dict[str, Any]:
         "median_tpot_ms": med([r.tpot for r in ok], 1000),
         "median_e2el_ms": med([r.e2el for r in ok], 1000),
         "median_decode_ms": med([r.decode_time for r in ok], 1000),
+        # The typical gap between tokens: one stall (another program on the CPU) moves one gap, not the median.
+        "median_itl_ms": med([gap for r in ok for gap in r.itl], 1000),
         "median_server_queue_ms": med([r.queue_time_server for r in ok], 1000),
         "median_server_prefill_ms": med([r.prefill_time_server or None for r in ok], 1000),
         "median_prompt_tokens": med([float(r.prompt_tokens or 0) for r in ok]),
@@ -77,3 +79,26 @@ def line_fit(xs: list[float], ys: list[float]) -> dict[str, float] | None:
     total = sum((y - mean_y) ** 2 for y in ys)
     residual = sum((y - (slope * x + intercept)) ** 2 for x, y in zip(xs, ys, strict=True))
     return {"slope": slope, "intercept": intercept, "r2": 1.0 - residual / total if total else 1.0}
+
+
+def farthest_point(xs: list[float], ys: list[float], fit: dict[str, float] | None) -> int | None:
+    """The index of the point farthest from the fitted line (the outlier a message names); None without a fit."""
+    if not fit or not xs:
+        return None
+    residuals = [abs(y - (fit["slope"] * x + fit["intercept"])) for x, y in zip(xs, ys, strict=True)]
+    return max(range(len(xs)), key=residuals.__getitem__)
+
+
+def step_ms(cell: dict[str, Any]) -> float | None:
+    """A cell's time per output token for comparing cells: the median gap between tokens when stored
+    (robust to a stall), else the median TPOT."""
+    return number(cell.get("median_itl_ms")) or number(cell.get("median_tpot_ms"))
+
+
+def trend(xs: list[float], ys: list[float]) -> tuple[float, float] | None:
+    """The fitted line's values at the smallest and the largest x: how much y grows across the range,
+    averaged over every point (a max/min of single points follows the noisiest one); None without a line."""
+    fit = line_fit(xs, ys)
+    if fit is None:
+        return None
+    return fit["slope"] * min(xs) + fit["intercept"], fit["slope"] * max(xs) + fit["intercept"]

@@ -27,9 +27,59 @@ class Check:
     passed: bool
     message: str
     advice: str = ""
+    applies: bool = True  # False: what it compares is not there to judge (shown as "해당 없음", not counted)
+
+    @property
+    def failed(self) -> bool:
+        return self.applies and not self.passed
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+STALL_MS = 250.0  # a gap between tokens this long (and 4x the cell's median) is the CPU taken away, not decode
+
+
+def stalls(results: Results) -> tuple[int, float]:
+    """(how many gaps between tokens were stalls, the longest in ms) over every stored request: the trace
+    another program leaves on a 2-core machine (a decode step takes tens of ms; a stall, hundreds)."""
+    count, longest = 0, 0.0
+    for cell in results.get("cells", []):
+        typical = cell.get("median_itl_ms") or 0.0
+        for row in cell.get("requests") or []:
+            for gap in row.get("itl") or []:
+                ms = gap * 1000
+                if ms >= STALL_MS and ms >= 4 * typical:
+                    count, longest = count + 1, max(longest, ms)
+    return count, longest
+
+
+def noise_advice(results: Results | None = None) -> str:
+    """Why a timing check fails on a correct run: something else used the CPU while it was measured
+    (with the stalls seen in ``results``, when there were any)."""
+    advice = _(
+        "다른 프로그램이 CPU를 쓰는 동안 잰 것 같습니다. 이 실습 탭 말고 다른 탭과 프로그램을 닫고 다시 실행하세요."
+    )
+    count, longest = stalls(results or {})
+    if count:
+        seen = _("측정 중 토큰 사이가 %(n)d번 멈췄습니다 (가장 길게 %(ms).0f ms).") % {"n": count, "ms": longest}
+        advice = seen + " " + advice
+    return advice
+
+
+def rerun_advice() -> str:
+    return _("실행 버튼의 기본 설정으로 다시 실행해 보세요.")
+
+
+def all_passed(checks: Iterable[Check]) -> bool:
+    """Every check that applies passed, and at least one applies."""
+    counted = [c for c in checks if c.applies]
+    return bool(counted) and all(c.passed for c in counted)
+
+
+def not_applicable(name: str, why: str) -> Check:
+    """A check with nothing to judge in this run: shown with ``why``, counted neither way."""
+    return Check(name, False, str(_("해당 없음: %(why)s") % {"why": why}), applies=False)
 
 
 def done_cells(results: Results) -> list[dict[str, Any]]:
@@ -39,11 +89,13 @@ def done_cells(results: Results) -> list[dict[str, Any]]:
 
 def all_ok(results: Results) -> Check:
     failed = sum(c.get("failed", 0) for c in results.get("cells", []))
-    return Check(
-        _("모든 요청 성공"),
-        failed == 0 and bool(done_cells(results)),
-        _("실패한 요청 %(n)d개") % {"n": failed} if failed else _("실패 없음"),
-    )
+    passed = failed == 0 and bool(done_cells(results))
+    errors = [e for c in results.get("cells", []) for e in c.get("errors") or []]
+    message = _("실패한 요청 %(n)d개") % {"n": failed} if failed else _("실패 없음")
+    if errors:
+        message += _(" (첫 오류: %(error)s)") % {"error": str(errors[0])[:200]}
+    advice = _("엔진이 요청에 답하지 못했습니다. 상태 페이지에서 엔진이 켜져 있는지 확인한 뒤 다시 실행하세요.")
+    return Check(_("모든 요청 성공"), passed, message, "" if passed else advice)
 
 
 def settings_check(missing: list[str]) -> Check:
@@ -52,6 +104,7 @@ def settings_check(missing: list[str]) -> Check:
         _("설정이 실습의 최소 조건을 만족"),
         not missing,
         _("부족: %(what)s") % {"what": "; ".join(missing)} if missing else _("최소 조건을 모두 만족"),
+        _("부족한 설정을 채우거나 실행 버튼의 기본 설정으로 다시 실행하세요.") if missing else "",
     )
 
 
@@ -82,7 +135,17 @@ def undisturbed(results: Results) -> Check:
         message = _("잰 칸이 없음")
     else:
         message = _("잰 칸 %(n)d개 모두 다른 요청 없이 잼") % {"n": len(cells)}
-    return Check(_("측정 중 다른 트래픽 없음"), bool(cells) and not disturbed and not unknown, message)
+    passed = bool(cells) and not disturbed and not unknown
+    if passed:
+        advice = ""
+    elif disturbed:
+        advice = _(
+            "같은 엔진에 다른 요청(다른 탭의 채팅이나 실행, 같은 엔진을 쓰는 다른 사람)이 함께 돌았습니다. "
+            "그것이 끝난 뒤 다시 실행하세요."
+        )
+    else:
+        advice = _("엔진의 /metrics를 읽지 못했습니다. 엔진이 켜져 있는지 확인하고 다시 실행하세요.")
+    return Check(_("측정 중 다른 트래픽 없음"), passed, message, advice)
 
 
 def key_numbers(results: Results, keys: Iterable[tuple[str, str]]) -> dict[str, Any]:

@@ -7,6 +7,7 @@ prompts, or a custom JSONL file. A cancel takes effect between levels.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +18,7 @@ from django.utils.translation import gettext_lazy
 from bench import charts, configs, runner
 from bench.kinds import rag_work, registry
 from bench.kinds.cells import request_row, watched_cell
-from bench.kinds.checks import Check, all_ok, done_cells
+from bench.kinds.checks import Check, all_ok, done_cells, noise_advice
 from bench.kinds.registry import Field, Runs
 from bench.kinds.session import CLIENT_TIMEOUT_S, keeps_partial, warm_up
 from bench.metrics import SLO, summarize
@@ -250,16 +251,17 @@ def chart(runs: Runs) -> dict[str, Any]:
     """Throughput and goodput per level; TTFT p50/p99 and TPOT p50 with the SLO lines."""
     import plotly.graph_objects as go
 
-    fig = charts.figure((_("처리량과 goodput"), _("TTFT와 TPOT")))
-    axis = _("동시성")
+    fig = charts.figure((_("처리량과 굿풋"), _("TTFT와 TPOT")))
+    axis = _("동시성 (동시에 보내는 요청 수)")
     for run, results in runs:
         shown = charts.cells(results)
         if shown and shown[0].get("load_mode") == "rate":
             axis = _("요청률 (req/s)")
         levels: list[float] = [c.get("level", c.get("concurrency")) or 0 for c in shown]
-        for key, series in (("request_throughput", "req/s"), ("request_goodput", "goodput req/s")):
+        for key, series in (("request_throughput", "req/s"), ("request_goodput", _("굿풋 req/s"))):
             name = charts.series_name(run, series, runs)
-            fig.add_trace(go.Scatter(x=levels, y=[c[key] for c in shown], name=name), 1, 1)
+            look = {"dash": "dot"} if key == "request_goodput" else {}  # often on top of req/s: still seen
+            fig.add_trace(go.Scatter(x=levels, y=[c[key] for c in shown], name=name, line=look), 1, 1)
         for key, series in (
             ("median_ttft_ms", "TTFT p50"),
             ("p99_ttft_ms", "TTFT p99"),
@@ -274,8 +276,16 @@ def chart(runs: Runs) -> dict[str, Any]:
                 line = go.Scatter(x=[min(levels), max(levels)], y=[slo[key]] * 2, mode="lines", name=name)
                 fig.add_trace(line.update(line={"dash": "dash"}), 1, 2)
     fig.update_xaxes(title_text=axis, type="log")
-    fig.update_yaxes(title_text="ms", type="log", row=1, col=2)
+    fig.update_yaxes(title_text=_("처리량 (req/s)"), rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(title_text=_("시간 (ms, 로그 눈금)"), type="log", row=1, col=2)
     return charts.done(fig)
+
+
+def cell_label(cell: dict[str, Any]) -> str:
+    """A level's name on a page: "동시성 4" or "요청률 2 req/s"."""
+    if "request_rate" in cell:
+        return _("요청률 %(level)s req/s") % {"level": f"{cell['request_rate']:g}"}
+    return _("동시성 %(level)s") % {"level": cell.get("concurrency", cell.get("level"))}
 
 
 def cell_name(cell: dict[str, Any]) -> str:
@@ -343,23 +353,58 @@ def _slo_check(r: dict[str, Any]) -> Check:
     return Check(_("SLO를 지키는 가장 높은 부하를 찾음"), strict and best is not None, shown)
 
 
+def _rises(name: str, measured: list[dict[str, Any]], key: str, unit: str, advice: str) -> Check:
+    """The last level's ``key`` above the first's; the message shows every level's value, so a dip is seen."""
+    values = [c.get(key) or 0 for c in measured]
+    passed = len(measured) > 1 and values[-1] > values[0]
+    digits = 2 if unit == "req/s" else 1
+    message = " → ".join(f"{v:.{digits}f}" for v in values) + f" {unit}" if values else "—"
+    return Check(name, passed, message, "" if passed else advice)
+
+
 def checks(r: dict[str, Any]) -> list[Check]:
     measured = done_cells(r)
-    first, last = (measured[0], measured[-1]) if measured else ({}, {})
+    slo = _slo_check(r)
+    few = _("부하 단계를 2개 이상 측정해야 비교할 수 있습니다.")
     return [
         all_ok(r),
-        Check(
+        _rises(
             _("부하를 올리면 처리량이 오름"),
-            len(measured) > 1 and last.get("request_throughput", 0) > first.get("request_throughput", 0),
-            f"{first.get('request_throughput', 0):.2f} → {last.get('request_throughput', 0):.2f} req/s",
+            measured,
+            "request_throughput",
+            "req/s",
+            few
+            if len(measured) < 2
+            else noise_advice(r) + " " + _("가장 높은 단계가 가장 낮은 단계보다 2배 이상 커야 차이가 뚜렷합니다."),
         ),
-        Check(
+        _rises(
             _("부하를 올리면 TPOT가 늘어남"),
-            len(measured) > 1 and (last.get("median_tpot_ms") or 0) > (first.get("median_tpot_ms") or 0),
-            f"{first.get('median_tpot_ms') or 0:.1f} → {last.get('median_tpot_ms') or 0:.1f} ms",
+            measured,
+            "median_tpot_ms",
+            "ms",
+            few if len(measured) < 2 else noise_advice(r),
         ),
-        _slo_check(r),
+        slo if slo.passed else dataclasses.replace(slo, advice=_slo_advice(r, measured)),
     ]
+
+
+def _slo_advice(r: dict[str, Any], measured: list[dict[str, Any]]) -> str:
+    """Why no level met the SLO: even the lowest load missed it (a busy or slow machine), or the settings."""
+    slo, lowest = r.get("slo") or {}, measured[0] if measured else {}
+    tpot, ttft = lowest.get("median_tpot_ms") or 0, lowest.get("median_ttft_ms") or 0
+    if (
+        lowest
+        and r.get("best_level") is None
+        and (tpot > (slo.get("tpot_ms") or 0) or ttft > (slo.get("ttft_ms") or 0))
+    ):
+        # One request at a time decodes at the machine's own TPOT (tens of ms on this CPU): far above, it was busy.
+        seen = _("가장 낮은 부하(%(level)s)에서도 SLO를 넘었습니다 (TTFT %(ttft).0f ms, TPOT %(tpot).0f ms).") % {
+            "level": _g(lowest.get("level")),
+            "ttft": ttft,
+            "tpot": tpot,
+        }
+        return seen + " " + noise_advice(r)
+    return _("SLO를 기본값(TTFT ≤ 3000 ms, TPOT ≤ 200 ms)으로 두거나 가장 낮은 부하 단계를 1로 두고 다시 실행하세요.")
 
 
 KIND = registry.register(
@@ -374,6 +419,7 @@ KIND = registry.register(
         chart=chart,
         summary_template="bench/kinds/load.html",
         cell_name=cell_name,
+        cell_label=cell_label,
         cell_line=cell_line,
         report_lines=report_lines,
         sequential=False,

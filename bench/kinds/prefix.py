@@ -17,7 +17,7 @@ from django.utils.translation import gettext_lazy
 from bench import charts, runner
 from bench.kinds import rag_work, registry, speed
 from bench.kinds.cells import cell_summary, watched_cell
-from bench.kinds.checks import Check, all_ok, done_cells
+from bench.kinds.checks import Check, all_ok, done_cells, noise_advice
 from bench.kinds.registry import Field, Runs
 from bench.kinds.session import CLIENT_TIMEOUT_S, Session, keeps_partial, warm_up
 from bench.reporting import Reporter
@@ -169,23 +169,36 @@ def checks(r: dict[str, Any]) -> list[Check]:
     by = {c["cell"]: c for c in done_cells(r)}
     cold, warm = by.get("cold", {}), by.get("warm", {})
     other, reordered = by.get("other_question", {}), by.get("reordered", {})
+    faster = bool(cold and warm) and (warm.get("median_ttft_ms") or 0) * 2 <= (cold.get("median_ttft_ms") or 0)
+    cached = (warm.get("median_cached_tokens") or 0) > 0 and (cold.get("median_cached_tokens") or 0) == 0
+    reorder = bool(other and reordered) and (reordered.get("median_cached_tokens") or 0) <= (
+        other.get("median_cached_tokens") or 0
+    )
+    if r.get("cache_reset") not in (None, "ok"):
+        cache_advice = _(
+            "엔진이 프리픽스 캐시 초기화를 거절했습니다 (%(why)s). 개발 모드 엔진에서 다시 실행하세요."
+        ) % {"why": r.get("cache_reset")}
+    else:
+        cache_advice = _("엔진이 프리픽스 캐싱을 켰는지(--enable-prefix-caching) 확인하고 다시 실행하세요.")
     return [
         all_ok(r),
         Check(
             _("웜 요청의 TTFT가 콜드의 절반 이하"),
-            bool(cold and warm) and (warm.get("median_ttft_ms") or 0) * 2 <= (cold.get("median_ttft_ms") or 0),
+            faster,
             f"{cold.get('median_ttft_ms') or 0:.0f} → {warm.get('median_ttft_ms') or 0:.0f} ms",
+            "" if faster else (noise_advice(r) if cached else cache_advice),
         ),
         Check(
             _("웜 요청은 캐시된 토큰이 있고 콜드는 없음"),
-            (warm.get("median_cached_tokens") or 0) > 0 and (cold.get("median_cached_tokens") or 0) == 0,
+            cached,
             f"{cold.get('median_cached_tokens') or 0:.0f} / {warm.get('median_cached_tokens') or 0:.0f}",
+            "" if cached else cache_advice,
         ),
         Check(
             _("청크 순서를 바꾸면 캐시를 더 쓰지 못함"),
-            bool(other and reordered)
-            and (reordered.get("median_cached_tokens") or 0) <= (other.get("median_cached_tokens") or 0),
+            reorder,
             f"{other.get('median_cached_tokens') or 0:.0f} → {reordered.get('median_cached_tokens') or 0:.0f}",
+            "" if reorder else _("top-k를 2 이상으로 두어 순서를 바꿀 청크가 여러 개가 되게 하고 다시 실행하세요."),
         ),
     ]
 
@@ -199,6 +212,7 @@ KIND = registry.register(
         measure=measure,
         chart=chart,
         summary_template="bench/kinds/prefix.html",
+        cell_label=lambda cell: str(case_names().get(str(cell.get("cell")), cell.get("cell"))),
         cell_line=cell_line,
         report_lines=report_lines,
         lab=registry.LabChecks(

@@ -169,7 +169,8 @@ class JobKind:
     - ``measure(config, *, base_url, model, reporter)`` gives (results, cancelled).
     - ``chart(runs)`` draws one or more jobs' results; ``summary_template`` is the
       results part of the job page (given ``job`` and ``r``, the results).
-    - ``cell_name`` names a cell in a CSV; ``cell_line`` and ``report_lines`` are the
+    - ``cell_name`` names a cell in a CSV (stable, in English); ``cell_label`` names it on a page,
+      in the reader's language (None: the CSV name); ``cell_line`` and ``report_lines`` are the
       terminal command's lines; ``sequential``: one request at a time (a run's
       ``max_concurrency`` is 1 unless the cell says otherwise).
     """
@@ -184,6 +185,7 @@ class JobKind:
     chart: Callable[[Runs], dict[str, Any]] | None = None
     summary_template: str = ""
     cell_name: Callable[[dict[str, Any]], str] = _cell_name
+    cell_label: Callable[[dict[str, Any]], str] | None = None
     cell_line: Callable[[dict[str, Any]], str] | None = None
     report_lines: Callable[[dict[str, Any]], list[str]] = _no_lines
     sequential: bool = True
@@ -216,6 +218,10 @@ class JobKind:
     def lab_missing(self, results: dict[str, Any], raw: dict[str, Any]) -> list[str]:
         """What a job (its results, its saved settings) lacks of its lab's minimum settings."""
         return self.lab.lacking(results, self.saved_config(raw)) if self.lab else []
+
+    def shown_cell(self, cell: dict[str, Any]) -> str:
+        """A cell's name on a page, in the reader's language."""
+        return (self.cell_label or self.cell_name)(cell)
 
     def disturbed(self, results: dict[str, Any]) -> list[tuple[str, float]]:
         """(cell name, most requests beyond its own) of each cell during which other traffic ran on the engine."""

@@ -15,10 +15,20 @@ from django.utils.text import format_lazy
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from bench import charts, configs, runner
+from bench import charts, configs, palette, runner
 from bench.kinds import rag_work, registry, speed
-from bench.kinds.cells import cell_summary, line_fit, median, number, share, watched_cell
-from bench.kinds.checks import Check, all_ok, done_cells
+from bench.kinds.cells import (
+    cell_summary,
+    farthest_point,
+    line_fit,
+    median,
+    number,
+    share,
+    step_ms,
+    trend,
+    watched_cell,
+)
+from bench.kinds.checks import Check, all_ok, done_cells, noise_advice
 from bench.kinds.registry import Field, Runs
 from bench.kinds.session import CLIENT_TIMEOUT_S, Session, keeps_partial, warm_up
 from bench.reporting import Reporter
@@ -31,7 +41,7 @@ from rag.vllm.records import RequestRecord
 
 @dataclass(frozen=True)
 class RetrievalConfig:
-    questions: int = 2
+    questions: int = 3  # each cell the median of three questions: one slow request does not bend a line
     top_ks: tuple[int, ...] = (1, 3, 5)
     chunk_sizes: tuple[int, ...] = CHUNK_SIZES
     max_tokens: int = 24
@@ -167,8 +177,9 @@ def chart(runs: Runs) -> dict[str, Any]:
     import plotly.graph_objects as go
 
     fig = charts.figure((_("문맥 토큰 대비 TTFT"), _("문맥 토큰 대비 TPOT")))
-    for run, results in runs:
+    for index, (run, results) in enumerate(runs):
         shown = charts.cells(results)
+        symbol = palette.RUN_SYMBOLS[index % len(palette.RUN_SYMBOLS)]  # jobs drawn together: one marker each
         for size in sorted({c["chunk_size"] for c in shown}):
             line = sorted((c for c in shown if c["chunk_size"] == size), key=lambda c: c["top_k"])
             xs = [c["median_context_tokens"] for c in line]
@@ -179,11 +190,18 @@ def chart(runs: Runs) -> dict[str, Any]:
             ):
                 name = charts.series_name(run, series, runs)
                 ys = [c[key] for c in line]
-                fig.add_trace(go.Scatter(x=xs, y=ys, text=labels, mode="lines+markers", name=name), 1, column)
+                look = {"line": {"color": palette.chunk_colour(size)}, "marker": {"symbol": symbol}}
+                group = {"legendgroup": f"{run} {size}", "showlegend": column == 1}  # one colour, one key per size
+                trace = go.Scatter(x=xs, y=ys, text=labels, mode="lines+markers", name=name, **look, **group)
+                fig.add_trace(trace, 1, column)
     fig.update_xaxes(title_text=_("검색해 넣은 문맥 토큰"))
-    fig.update_yaxes(title_text="ms")
-    fig.update_yaxes(rangemode="tozero", row=1, col=2)
+    fig.update_yaxes(title_text="TTFT (ms)", row=1, col=1)
+    fig.update_yaxes(title_text="TPOT (ms)", rangemode="tozero", row=1, col=2)
     return charts.done(fig)
+
+
+def cell_label(cell: dict[str, Any]) -> str:
+    return label(int(cell.get("chunk_size") or 0), int(cell.get("top_k") or 0))
 
 
 def cell_name(cell: dict[str, Any]) -> str:
@@ -212,23 +230,82 @@ def missing(config: RetrievalConfig, results: dict[str, Any]) -> list[str]:
     return lacking
 
 
-def checks(r: dict[str, Any]) -> list[Check]:
+def _rising_check(r: dict[str, Any]) -> Check:
+    """Each chunk size's line of TTFT against context tokens rises; a falling one names its farthest point."""
     found = {size: fit for size, fit in (r.get("fits") or {}).items() if fit}
-    tpots = [c["median_tpot_ms"] for c in done_cells(r) if c.get("median_tpot_ms")]
-    flat = max(tpots) / min(tpots) if tpots and min(tpots) > 0 else None
-    return [
-        all_ok(r),
-        Check(
-            _("가져온 토큰이 많을수록 TTFT가 오름"),
-            bool(found) and all(fit["slope"] > 0 for fit in found.values()),
-            ", ".join(f"{size}: {fit['slope']:.2f} ms/tok" for size, fit in found.items()) or "—",
-        ),
-        Check(
-            _("TPOT는 문맥 길이와 거의 무관 (최대/최소 ≤ 1.5)"),
-            flat is not None and flat <= 1.5,
-            _("최대/최소 %(s).2f") % {"s": flat or 0},
-        ),
+    falling = [size for size, fit in found.items() if fit["slope"] <= 0]
+    message = (
+        ", ".join(
+            _("%(size)s자: %(slope).2f ms/토큰") % {"size": size, "slope": fit["slope"]} for size, fit in found.items()
+        )
+        or "—"
+    )
+    passed = bool(found) and not falling
+    if passed:
+        return Check(_("가져온 토큰이 많을수록 TTFT가 오름"), True, message)
+    for size in falling:
+        line = [
+            c for c in done_cells(r) if str(c.get("chunk_size")) == size and c.get("median_context_tokens") is not None
+        ]
+        xs, ys = [c["median_context_tokens"] for c in line], [c["median_ttft_ms"] for c in line]
+        worst = farthest_point(xs, ys, found[size])
+        if worst is not None:
+            message += _("; %(size)s자 선에서 가장 벗어난 칸: top-k %(k)d (문맥 %(x).0f 토큰, TTFT %(y).0f ms)") % {
+                "size": size,
+                "k": line[worst]["top_k"],
+                "x": xs[worst],
+                "y": ys[worst],
+            }
+    advice = (
+        noise_advice(r) + " " + _("질문 수를 늘리면 칸마다 중앙값을 써서 한 번 느린 요청이 선을 뒤집지 못합니다.")
+        if found
+        else _("청크 크기마다 top-k 값이 2개 이상 측정되어야 선을 그을 수 있습니다.")
+    )
+    return Check(_("가져온 토큰이 많을수록 TTFT가 오름"), False, message, advice)
+
+
+TIMED_TOKENS = 8  # a cell's TPOT counts when its answers ran this many tokens (7 gaps or more)
+FLAT_MOST = 1.5  # decode re-reads the weights (~1 GB) each token; 1000 more context tokens add ~36 MB of KV cache
+
+
+def _flat_check(r: dict[str, Any]) -> Check:
+    """TPOT against context tokens over the cells long enough to time: the line fitted through them may
+    grow at most ``FLAT_MOST`` times from the least to the most context; the message names the extreme cells."""
+    name = _("TPOT는 문맥 길이와 거의 무관 (가장 긴 문맥에서 1.5배 이하)")
+    timed = [
+        c
+        for c in done_cells(r)
+        if step_ms(c)
+        and c.get("median_context_tokens") is not None
+        and (c.get("median_output_tokens") or 0) >= TIMED_TOKENS
     ]
+    ends = trend([c["median_context_tokens"] for c in timed], [step_ms(c) or 0.0 for c in timed])
+    if ends is None:
+        message = _("출력이 %(n)d토큰 이상인 칸이 %(m)d개뿐: 비교할 수 없음") % {"n": TIMED_TOKENS, "m": len(timed)}
+        return Check(name, False, message, _("최대 출력 토큰을 늘려 다시 실행하세요 (24 이상 권장)."))
+    growth = ends[1] / ends[0] if ends[0] > 0 else float("inf")
+    high = max(timed, key=lambda c: step_ms(c) or 0.0)
+    low = min(timed, key=lambda c: step_ms(c) or 0.0)
+    message = _(
+        "직선으로 %(a).1f → %(b).1f ms (%(x).2f배); 가장 느린 칸: %(hi)s, %(h).1f ms; 가장 빠른 칸: %(lo)s, %(l).1f ms"
+    ) % {
+        "a": ends[0],
+        "b": ends[1],
+        "x": growth,
+        "hi": label(high["chunk_size"], high["top_k"]),
+        "h": step_ms(high) or 0.0,
+        "lo": label(low["chunk_size"], low["top_k"]),
+        "l": step_ms(low) or 0.0,
+    }
+    short = len(done_cells(r)) - len(timed)
+    if short:
+        message += _("; 출력이 %(n)d토큰보다 짧은 %(m)d칸은 빼고 비교") % {"n": TIMED_TOKENS, "m": short}
+    passed = growth <= FLAT_MOST
+    return Check(name, passed, message, "" if passed else noise_advice(r))
+
+
+def checks(r: dict[str, Any]) -> list[Check]:
+    return [all_ok(r), _rising_check(r), _flat_check(r)]
 
 
 TtftPoints = dict[str, list[tuple[float, float]]]
@@ -261,7 +338,7 @@ def class_figure(points: TtftPoints) -> dict[str, Any] | None:
                 y=[y for _x, y in pairs],
                 mode="markers",
                 name=username,
-                hovertemplate=username + ": %{x:.0f} tok → %{y:.0f} ms<extra></extra>",
+                hovertemplate=username + _(": %{x:.0f} 토큰 → %{y:.0f} ms") + "<extra></extra>",
             )
         )
     fig.update_xaxes(title_text=_("검색해 넣은 문맥 토큰"))
@@ -281,6 +358,7 @@ KIND = registry.register(
         chart=chart,
         summary_template="bench/kinds/retrieval.html",
         cell_name=cell_name,
+        cell_label=cell_label,
         cell_line=cell_line,
         lab=registry.LabChecks(
             4,

@@ -32,6 +32,12 @@ def home(request: HttpRequest) -> HttpResponse:
 
 
 @require_GET
+def chapter_index(request: HttpRequest) -> HttpResponse:
+    """Every section of the chapter in order, with its summary."""
+    return render(request, "chapter_index.html", {"sections": sections_in(translation.get_language() or "ko")})
+
+
+@require_GET
 def chapter_section(request: HttpRequest, slug: str) -> HttpResponse:
     language = translation.get_language() or "ko"
     section = section_in(slug, language)

@@ -43,9 +43,18 @@ def chart_data(learners: list[User]) -> dict[str, Any]:
 
 def class_charts(learners: list[User]) -> list[dict[str, Any]]:
     """[{"id", "data_id", "figure"}] for templates/bench/charts.html; a chart without data is left out."""
-    out = []
+    return charts_and_empty(learners)[0]
+
+
+def charts_and_empty(learners: list[User]) -> tuple[list[dict[str, Any]], list[str]]:
+    """``class_charts``, and the names of the job kinds whose class chart has no finished run yet (the page
+    says so in a word instead of leaving the chart out silently)."""
+    out, empty = [], []
     for kind, chart in _class_charts():
         figure = chart.figure(chart.points(_latest_finished(learners, kind)))
         if figure is not None:
             out.append({"id": chart.id, "data_id": f"{chart.id}-data", "figure": figure})
-    return out
+        else:
+            spec = registry.find(kind)
+            empty.append(str(spec.label) if spec is not None else kind)
+    return out, empty

@@ -106,7 +106,7 @@ class TemporaryPasswordForm(forms.Form):
 class RosterUploadForm(forms.Form):
     roster = forms.FileField(
         label=_("명단 CSV"),
-        help_text=_("첫 줄: username,email[,role][,password] — role은 learner 또는 instructor"),
+        help_text=_('첫 줄: username,email[,role][,password] — "role"은 "learner" 또는 "instructor"'),
     )
 
 

@@ -18,6 +18,7 @@ from django.utils.translation import gettext as _
 from labapp.access import learners_of
 from labapp.csvcells import csv_safe
 from labapp.labs.catalog import LABS, Lab, LabState, states_for
+from labapp.labs.predict import Comparison, compare
 from labapp.models import Assignment, Classroom
 
 
@@ -32,7 +33,18 @@ class Cell:
 
     @property
     def key_numbers(self) -> dict[str, Any]:
-        return self.state.key_numbers
+        """The hand-in's numbers when there is one (what was graded), else the latest finished run's."""
+        return self.state.shown_numbers
+
+    @property
+    def job(self) -> Any:
+        """The job those numbers and checks come from (None: none yet, or the hand-in's job was deleted)."""
+        return self.state.shown_job
+
+    @property
+    def comparison(self) -> Comparison | None:
+        """The learner's prediction made with that job, beside what it measured."""
+        return compare(self.job) if self.job is not None else None
 
 
 @dataclass(frozen=True)
@@ -55,10 +67,9 @@ class Gradebook:
 
 def _checks(state: LabState) -> tuple[int, int]:
     """Checks of the hand-in when there is one (what was graded), else of the latest finished run."""
-    if state.submission is not None and state.submission.checks:
-        stored = [c for c in state.submission.checks if isinstance(c, dict)]
-        return sum(bool(c.get("passed")) for c in stored), len(stored)
-    return sum(c.passed for c in state.checks), len(state.checks)
+    shown = state.shown_checks
+    counted = [c for c in shown if c.applies]
+    return sum(c.passed for c in counted), len(counted)
 
 
 def gradebook(classroom: Classroom) -> Gradebook:
@@ -89,12 +100,25 @@ def gradebook(classroom: Classroom) -> Gradebook:
     return Gradebook(classroom, [LABS[n] for n in numbers], assignments, rows)
 
 
+def _prediction_columns(cell: Cell) -> list[Any]:
+    """The shown job's id, the prediction made with it, what it measured and the error in % (blank: none)."""
+    found = cell.comparison
+    error = found.error_pct if found is not None else None
+    return [
+        cell.job.pk if cell.job is not None else "",
+        found.predicted if found is not None else "",
+        found.measured if found is not None and found.measured is not None else "",
+        round(error, 1) if error is not None else "",
+    ]
+
+
 def gradebook_csv(book: Gradebook) -> str:
     header: list[Any] = ["username", "email"]
     for lab in book.labs:
         prefix = f"lab{lab.number}"
         header += [f"{prefix} status", f"{prefix} checks", f"{prefix} late", f"{prefix} submitted_at"]
         header += [f"{prefix} {key}" for key, _path in lab.keys]
+        header += [f"{prefix} job", f"{prefix} prediction", f"{prefix} measured", f"{prefix} prediction error %"]
     out = io.StringIO()
     writer = csv.writer(out)
     writer.writerow([csv_safe(h) for h in header])
@@ -107,6 +131,7 @@ def gradebook_csv(book: Gradebook) -> str:
             line += [str(cell.state.status_label), f"{cell.checks_passed}/{cell.checks_total}", late, submitted_at]
             numbers = cell.key_numbers
             line += [numbers.get(key) for key, _path in cell.state.lab.keys]
+            line += _prediction_columns(cell)
         writer.writerow([csv_safe(value) for value in line])
     return out.getvalue()
 

@@ -31,6 +31,7 @@ from labapp.classes.forms import (
     TemporaryPasswordForm,
 )
 from labapp.labs.catalog import LABS
+from labapp.labs.predict import compare
 from labapp.models import Assignment, Classroom, Membership
 
 
@@ -252,8 +253,9 @@ def assignment_delete(request: HttpRequest, classroom_id: int, assignment_id: in
 def class_results(request: HttpRequest, classroom_id: int) -> HttpResponse:
     classroom = access.classroom_for(request.user, classroom_id)
     book = selectors.gradebook(classroom)
-    class_charts = charts.class_charts([row.learner for row in book.rows])
-    return render(request, "classes/results.html", {"classroom": classroom, "book": book, "charts": class_charts})
+    class_charts, empty = charts.charts_and_empty([row.learner for row in book.rows])
+    context = {"classroom": classroom, "book": book, "charts": class_charts, "empty_charts": empty}
+    return render(request, "classes/results.html", context)
 
 
 @login_required
@@ -300,6 +302,7 @@ def learner_job(request: HttpRequest, classroom_id: int, user_id: int, job_id: i
         "lab": lab,
         "checks": lab.checks(results, job.config or {}) if lab is not None and job.status == "done" else [],
         "key_numbers": lab.key_numbers(results) if lab is not None else {},
+        "comparison": compare(job),
         "columns": columns,
         "rows": [[c.get(k) for k in columns] for c in cells],
         "config": json.dumps(job.config, ensure_ascii=False, indent=1),

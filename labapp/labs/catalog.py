@@ -15,7 +15,7 @@ from typing import Any
 from django.utils.translation import gettext_lazy as _
 
 from bench.kinds import registry
-from bench.kinds.checks import Check
+from bench.kinds.checks import Check, all_passed
 from bench.kinds.registry import JobKind, LabChecks
 
 __all__ = ["LABS", "Check", "Lab", "LabState", "Status", "state_for", "states_for"]
@@ -73,10 +73,10 @@ class Lab:
 LABS: dict[int, Lab] = {
     lab.number: lab
     for lab in (
-        Lab(1, "lab1-speed", _("실습 1 — 프리필·디코드 속도 재기"), {"repeats": 1}),
+        Lab(1, "lab1-speed", _("실습 1 — 프리필·디코드 속도 재기")),
         Lab(2, "lab2-length-sweep", _("실습 2 — 길이 스윕")),
         Lab(3, "lab3-load", _("실습 3 — 부하 아래의 서빙")),
-        Lab(4, "lab4-rag-retrieval", _("실습 4 — 검색 크기와 지연"), {"questions": "1", "max_tokens": "8"}),
+        Lab(4, "lab4-rag-retrieval", _("실습 4 — 검색 크기와 지연")),
         Lab(5, "lab5-prefix-caching", _("실습 5 — 프리픽스 캐싱")),
         Lab(6, "lab6-short-answers", _("실습 6 — 짧게 답하게 하기")),
     )
@@ -99,17 +99,24 @@ class Status:
 
 @dataclass
 class LabState:
+    """A learner's state in one lab, from the runs made for it on its page (``BenchJob.lab``).
+
+    Two jobs may be in view: ``checked_job``, the latest finished run (what a hand-in now would
+    stand on), and the hand-in's own job. Each number shown comes from the job it names:
+    ``checks`` and ``key_numbers`` are the latest run's, ``shown_*`` the hand-in's when there is one.
+    """
+
     lab: Lab
     status: str = Status.NOT_STARTED
-    job: Any = None  # the latest job of the lab's kind (any status)
-    checked_job: Any = None  # the latest finished job, whose checks are shown
+    job: Any = None  # the latest run of the lab (any status)
+    checked_job: Any = None  # the latest finished run, whose checks are shown
     checks: list[Check] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)  # what the checked job lacks of the lab's minimum settings
     submission: Any = None
 
     @property
     def passed(self) -> bool:
-        return bool(self.checks) and all(c.passed for c in self.checks)
+        return all_passed(self.checks)
 
     @property
     def status_label(self) -> Any:
@@ -117,27 +124,75 @@ class LabState:
 
     @property
     def key_numbers(self) -> dict[str, Any]:
-        if self.submission is not None and self.submission.key_numbers:
-            return dict(self.submission.key_numbers)
-        return self.lab.key_numbers(self.checked_job.results) if self.checked_job else {}
+        """The latest finished run's key numbers."""
+        return self.lab.key_numbers(self.checked_job.results or {}) if self.checked_job else {}
+
+    @property
+    def shown_job(self) -> Any:
+        """The job the summary stands on: the hand-in's (None if it was deleted), else the latest finished run."""
+        return self.submission.job if self.submission is not None else self.checked_job
+
+    @property
+    def shown_checks(self) -> list[Check]:
+        """The checks as graded: those stored with the hand-in, else the latest finished run's."""
+        if self.submission is None:
+            return self.checks
+        return [stored_check(c) for c in self.submission.checks or [] if isinstance(c, dict)]
+
+    @property
+    def shown_numbers(self) -> dict[str, Any]:
+        """The key numbers as graded: those stored with the hand-in, else the latest finished run's."""
+        return dict(self.submission.key_numbers or {}) if self.submission is not None else self.key_numbers
+
+    @property
+    def newer_run(self) -> bool:
+        """A run finished after the hand-in's job (the lab page shows both, each named)."""
+        shown = self.shown_job
+        return self.submission is not None and self.checked_job is not None and self.checked_job != shown
 
 
-def states_for(user_ids: Iterable[int], labs: Iterable[int] = tuple(LABS)) -> dict[tuple[int, int], LabState]:
-    """Every (user, lab) state in three queries, however many learners (the gradebook's need)."""
+def stored_check(stored: dict[str, Any]) -> Check:
+    """A check kept in a hand-in (``Check.as_dict``; older ones lack ``advice``)."""
+    return Check(
+        str(stored.get("name", "")),
+        bool(stored.get("passed")),
+        str(stored.get("message", "")),
+        str(stored.get("advice", "") or ""),
+        bool(stored.get("applies", True)),
+    )
+
+
+JOB_FIELDS = ("pk", "owner_id", "kind", "lab", "status", "config", "results", "prediction", "engine_url")
+JOB_TIMES = ("created_at", "started_at", "finished_at", "done_requests", "total_requests")
+
+
+def _runs(ids: list[int], numbers: list[int]) -> tuple[dict[tuple[int, int], Any], dict[tuple[int, int], Any]]:
+    """(latest run, latest finished run) per (user, lab): only jobs made for the lab from its page."""
     from bench.models import BenchJob
-    from labapp.models import LabSubmission
 
-    ids, numbers = list(user_ids), list(labs)
-    kinds = {LABS[n].job_kind: n for n in numbers}
+    kinds = {n: LABS[n].job_kind for n in numbers}
     latest: dict[tuple[int, int], Any] = {}
     finished: dict[tuple[int, int], Any] = {}
-    jobs = BenchJob.objects.filter(owner_id__in=ids, kind__in=kinds).order_by("owner_id", "kind", "-pk")
-    for job in jobs.only("pk", "owner_id", "kind", "status", "config", "results", "done_requests", "total_requests"):
-        key = (job.owner_id, kinds[job.kind])
+    jobs = BenchJob.objects.filter(owner_id__in=ids, lab__in=numbers).order_by("owner_id", "lab", "-pk")
+    for job in jobs.only(*JOB_FIELDS, *JOB_TIMES):
+        number = job.lab
+        if number is None or kinds.get(number) != job.kind:
+            continue  # a lab whose kind changed since: the run no longer answers it
+        key = (job.owner_id, number)
         latest.setdefault(key, job)
         if job.status == BenchJob.Status.DONE:
             finished.setdefault(key, job)
-    submissions = {(s.user_id, s.lab): s for s in LabSubmission.objects.filter(user_id__in=ids, lab__in=numbers)}
+    return latest, finished
+
+
+def states_for(user_ids: Iterable[int], labs: Iterable[int] = tuple(LABS)) -> dict[tuple[int, int], LabState]:
+    """Every (user, lab) state in two queries, however many learners (the gradebook's need)."""
+    from labapp.models import LabSubmission
+
+    ids, numbers = list(user_ids), list(labs)
+    latest, finished = _runs(ids, numbers)
+    handed_in = LabSubmission.objects.filter(user_id__in=ids, lab__in=numbers).select_related("job")
+    submissions = {(s.user_id, s.lab): s for s in handed_in}
     states = {}
     for user_id in ids:
         for number in numbers:

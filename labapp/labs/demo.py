@@ -1,22 +1,31 @@
 """The team demo page: a big-screen sweep of retrieval size with its chart filling in live,
-and the same question asked at two settings side by side with their timing panels."""
+and the same question asked at two settings side by side, summed up as two large numbers.
+
+After a sweep the page is ``/demo/?job=N``: its sliders are set from that job's saved
+config, so the controls on the projector always show the settings that made the chart.
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
+from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
-from bench import access, charts, engines, services
+from bench import access, charts, configs, engines, kinds, palette, services
 from bench.kinds import retrieval
+from bench.models import BenchJob
 from rag.chunking import CHUNK_SIZES
 from rag.views import chat_context
 
 DEMO_KIND = retrieval.KIND.name  # the demo sweeps retrieval size: Lab 4's job kind
 
 TOP_KS = (1, 2, 4, 6, 8, 10)
+DEFAULT_SLIDERS = {"top_k_max": 6, "chunk_size_max": 1000}
 
 
 def sweep_settings(top_k_max: int, chunk_size_max: int) -> dict[str, str]:
@@ -32,12 +41,69 @@ def sweep_settings(top_k_max: int, chunk_size_max: int) -> dict[str, str]:
     }
 
 
+def swept(job: BenchJob | None) -> dict[str, Any]:
+    """The slider positions that produced ``job`` (the defaults without a job), and what it measured."""
+    if job is None:
+        return {**DEFAULT_SLIDERS, "top_ks": (), "chunk_sizes": ()}
+    try:
+        config = kinds.config_for(DEMO_KIND, job.config)
+    except configs.ConfigError:
+        return {**DEFAULT_SLIDERS, "top_ks": (), "chunk_sizes": ()}
+    return {
+        "top_k_max": max(config.top_ks, default=DEFAULT_SLIDERS["top_k_max"]),
+        "chunk_size_max": max(config.chunk_sizes, default=DEFAULT_SLIDERS["chunk_size_max"]),
+        "top_ks": tuple(config.top_ks),
+        "chunk_sizes": tuple(config.chunk_sizes),
+    }
+
+
+def state_words(job: BenchJob) -> str:
+    """The job's state as a sentence for the room: "측정 중 · 15개 중 6개"."""
+    counts = {"done": job.done_requests, "total": job.total_requests}
+    sentences = {
+        BenchJob.Status.QUEUED: _("대기 중 · 엔진이 비기를 기다립니다"),
+        BenchJob.Status.RUNNING: _("측정 중 · %(total)d개 중 %(done)d개") % counts,
+        BenchJob.Status.DONE: _("완료 · %(total)d개 모두 측정") % counts,
+        BenchJob.Status.FAILED: _("실패 · %(total)d개 중 %(done)d개에서 멈춤") % counts,
+        BenchJob.Status.CANCELLED: _("취소됨 · %(total)d개 중 %(done)d개 측정") % counts,
+    }
+    return sentences.get(BenchJob.Status(job.status), job.get_status_display())
+
+
+def demo_labels() -> dict[str, str]:
+    """The demo script's words (the A/B result), translated here like the chat's."""
+    return {
+        "setting_a": _("설정 A"),
+        "setting_b": _("설정 B"),
+        "ttft": _("첫 토큰까지"),
+        "total": _("전체"),
+        "retrieval": _("검색"),
+        "prefill": _("프리필"),
+        "decode": _("디코드"),
+        "waiting": _("답변을 기다리는 중…"),
+        "chunk": _("청크 %(size)s자"),
+        "slower": _("B가 A보다 %(pct)s 느림"),
+        "faster": _("B가 A보다 %(pct)s 빠름"),
+        "same": _("A와 B가 거의 같음"),
+        "total_diff": _("전체 시간: %(a)s → %(b)s (%(pct)s)"),
+        "sizes_in": _("이번 스윕에 들어갈 청크 크기"),
+    }
+
+
 @login_required
 def demo(request: HttpRequest) -> HttpResponse:
     job = None
     if request.GET.get("job", "").isdigit():
         job = access.owned_job(request.user, int(request.GET["job"]), kind=DEMO_KIND)  # another's: no chart
-    context = chat_context(request, None) | {"job": job, "chunk_sizes": CHUNK_SIZES}
+    context = chat_context(request, None) | {
+        "job": job,
+        "job_state": state_words(job) if job else "",
+        "swept": swept(job),
+        "chunk_sizes": CHUNK_SIZES,
+        "chunk_colours": [(size, palette.chunk_colour(size)) for size in CHUNK_SIZES],
+        "demo_labels": demo_labels(),
+        "palette": {str(size): colour for size, colour in palette.CHUNK_COLOURS.items()},
+    }
     return render(request, "demo.html", context)
 
 
@@ -64,13 +130,14 @@ def demo_sweep(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def demo_sweep_state(request: HttpRequest, job_id: int) -> JsonResponse:
-    """What the live chart needs: progress and the chart of the cells finished so far."""
+    """What the live chart needs: progress in words and the chart of the cells finished so far."""
     job = access.job_for(request.user, job_id, kind=DEMO_KIND)
     figures = charts.charts(DEMO_KIND, [(f"#{job.pk}", job.results or {})])
     return JsonResponse(
         {
             "status": job.status,
             "status_label": job.get_status_display(),
+            "state_text": state_words(job),
             "done": job.done_requests,
             "total": job.total_requests,
             "cell": job.current_cell,

@@ -10,6 +10,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from labapp.labs import predict
 from labapp.labs.catalog import LABS, state_for
 from labapp.models import Assignment, LabSubmission
 
@@ -20,11 +21,30 @@ class SubmitError(ValueError):
     """Why a lab cannot be handed in now (shown to the learner; nothing is lost)."""
 
 
-def lab_run(*, user: AbstractBaseUser, number: int, engine_url: str | None = None) -> Any:
+def run_settings(number: int) -> Any:
+    """The typed settings of the lab's run button (None if they no longer read)."""
+    from bench.kinds import registry
+
+    kind = registry.for_lab(number)
+    return kind.saved_config(dict(LABS[number].config)) if kind is not None else None
+
+
+def lab_run(
+    *, user: AbstractBaseUser, number: int, engine_url: str | None = None, prediction: float | None = None
+) -> Any:
+    """A run made for the lab (``BenchJob.lab``), with the learner's prediction of its key number if given."""
     from bench import services
 
     lab = LABS[number]  # past the per-user job limit: services.JobsBusy, nothing made
-    return services.job_submit(owner=user, kind=lab.job_kind, config=dict(lab.config), engine_url=engine_url)
+    predicted = None if prediction is None else predict.prediction_for(number, run_settings(number), prediction)
+    return services.job_submit(
+        owner=user,
+        kind=lab.job_kind,
+        config=dict(lab.config),
+        engine_url=engine_url,
+        lab=number,
+        prediction=predicted,
+    )
 
 
 def assignment_for(user_id: int, number: int) -> Assignment | None:
@@ -60,11 +80,11 @@ def lab_submit(*, user: AbstractBaseUser, number: int, reflection: str) -> Submi
     assignment = assignment_for(int(user.pk), number)
     if assignment is not None:
         if now < assignment.opens_at:
-            when = timezone.localtime(assignment.opens_at).strftime("%Y-%m-%d %H:%M")
+            when = timezone.localtime(assignment.opens_at).strftime("%Y-%m-%d %H:%M %Z")
             raise SubmitError(_("이 과제는 %(when)s에 열립니다.") % {"when": when})
         if now > assignment.due_at:
             if assignment.late_rule == Assignment.LateRule.REFUSE:
-                when = timezone.localtime(assignment.due_at).strftime("%Y-%m-%d %H:%M")
+                when = timezone.localtime(assignment.due_at).strftime("%Y-%m-%d %H:%M %Z")
                 raise SubmitError(
                     _("마감(%(when)s)이 지나 제출을 받지 않습니다. 강사에게 문의하세요.") % {"when": when}
                 )

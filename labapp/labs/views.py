@@ -1,18 +1,25 @@
-"""The six lab pages: the chapter's prose, the run button, results inline, auto-checks, hand-in."""
+"""The six lab pages: the run button (with a prediction) on top, the chapter's prose, results inline,
+auto-checks, hand-in."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.utils import translation
+from django.utils import timezone, translation
 from django.views.decorators.http import require_POST
 
 from bench import charts, engines, services
+from bench import selectors as bench_selectors
 from labapp.chapter.selectors import section_in
+from labapp.labs import predict
+from labapp.labs import selectors as lab_selectors
 from labapp.labs import services as lab_services
-from labapp.labs.catalog import LABS, Lab, states_for
+from labapp.labs.catalog import LABS, Lab, LabState, states_for
+from labapp.labs.forms import RunForm
 
 
 def _me(request: HttpRequest) -> int:
@@ -25,10 +32,43 @@ def _lab(number: int) -> Lab:
     return LABS[number]
 
 
+def _draft_key(number: int) -> str:
+    return f"lab-{number}-prediction-draft"
+
+
 @login_required
 def lab_list(request: HttpRequest) -> HttpResponse:
     states = states_for([_me(request)])
-    return render(request, "labs/list.html", {"states": [states[(_me(request), n)] for n in LABS]})
+    assigned = lab_selectors.assignments_of(request.user)  # type: ignore[arg-type]
+    now = timezone.now()
+    rows = [{"state": states[(_me(request), n)], "assignments": assigned.get(n, [])} for n in LABS]
+    return render(request, "labs/list.html", {"rows": rows, "now": now})
+
+
+def _run_context(request: HttpRequest, number: int, state: LabState) -> dict[str, Any]:
+    """The run card: the prediction form (prefilled with the estimate, or with a refused draft), its
+    estimate's formula and the run's expected time."""
+    engine_url = engines.chosen_url(request.session)
+    speeds = bench_selectors.learner_speeds(request.user, engine_url)  # type: ignore[arg-type]
+    settings = lab_services.run_settings(number)
+    target = predict.TARGETS[number]
+    estimate = predict.estimate(number, settings, speeds.prefill, speeds.decode) if speeds else None
+    example = predict.estimate(number, settings, 1000.0, 50.0) if speeds is None else None
+    draft = request.session.get(_draft_key(number))  # a refused run's prediction, shown as typed, with its error
+    if draft is not None:
+        form = RunForm({"prediction": draft}, target=target)
+        form.is_valid()
+    else:
+        form = RunForm(initial={"prediction": f"{estimate.value:g}" if estimate else ""}, target=target)
+    return {
+        "run_form": form,
+        "target": target,
+        "target_what": target.what(settings) if settings is not None else "",
+        "estimate": estimate,
+        "example_estimate": example,
+        "speeds": speeds,
+        "run_time": lab_selectors.run_time(request.user, number, engine_url, speeds, settings),  # type: ignore[arg-type]
+    }
 
 
 @login_required
@@ -36,31 +76,47 @@ def lab_page(request: HttpRequest, number: int) -> HttpResponse:
     lab = _lab(number)
     state = states_for([_me(request)], [number])[(_me(request), number)]
     language = translation.get_language() or "ko"
-    section = section_in(lab.slug, language)
-    shown = state.checked_job
+    checked, handed = state.checked_job, state.shown_job if state.submission is not None else None
     context = {
         "lab": lab,
         "state": state,
-        "section": section,
+        "section": section_in(lab.slug, language),
         "job": state.job,
         "position": services.queue_position(state.job) if state.job is not None else 0,
-        "charts": charts.charts(lab.job_kind, [(f"#{shown.pk}", shown.results)]) if shown else [],
+        "charts": charts.charts(lab.job_kind, [(f"#{checked.pk}", checked.results)]) if checked else [],
+        "comparison": predict.compare(checked) if checked else None,
+        "handed_comparison": predict.compare(handed) if handed else None,
+        "failed_advice": any(c.failed for c in state.checks),
         "assignment": lab_services.assignment_for(_me(request), number),
         "reflection_max": lab_services.REFLECTION_MAX,
         "draft": request.session.get(f"lab-{number}-draft", ""),
     }
-    return render(request, "labs/lab.html", context)
+    return render(request, "labs/lab.html", context | _run_context(request, number, state))
 
 
 @login_required
 @require_POST
 def lab_run(request: HttpRequest, number: int) -> HttpResponse:
     _lab(number)
+    form = RunForm(request.POST, target=predict.TARGETS[number])
+    if not form.is_valid():
+        for error in form.errors.get("prediction", []):
+            messages.error(request, str(error))
+        request.session[_draft_key(number)] = request.POST.get("prediction", "")[:40]  # nothing is lost
+        return redirect("lab_page", number=number)
     engine_url = engines.chosen_url(request.session)
     try:
-        lab_services.lab_run(user=request.user, number=number, engine_url=engine_url)  # type: ignore[arg-type]
+        lab_services.lab_run(
+            user=request.user,  # type: ignore[arg-type]
+            number=number,
+            engine_url=engine_url,
+            prediction=form.cleaned_data["prediction"],
+        )
     except services.JobsBusy as exc:
         messages.error(request, str(exc))
+        request.session[_draft_key(number)] = request.POST.get("prediction", "")[:40]
+        return redirect("lab_page", number=number)
+    request.session.pop(_draft_key(number), None)
     return redirect("lab_page", number=number)
 
 

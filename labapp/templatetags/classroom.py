@@ -6,6 +6,9 @@ from typing import Any
 
 from django import template
 from django.conf import settings
+from django.utils.html import format_html
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 register = template.Library()
 
@@ -16,13 +19,19 @@ def lab_mode() -> str:
     return str(settings.LAB_MODE)
 
 
+# Words a key number may hold instead of a number (the prefix lab's "cache reset"), as a reader sees them.
+KEY_WORDS = {"ok": gettext_lazy("비움"), "unsupported": gettext_lazy("엔진이 지원하지 않음")}
+
+
 @register.filter
 def number(value: Any) -> str:
     """A key number as the gradebook shows it: up to two decimals, — when missing."""
     if value is None or value == "":
         return "—"
     if isinstance(value, bool):
-        return str(value)
+        return str(_("예") if value else _("아니오"))
+    if isinstance(value, str) and value in KEY_WORDS:
+        return str(KEY_WORDS[value])
     if isinstance(value, int):
         return str(value)
     if isinstance(value, float):
@@ -41,3 +50,39 @@ def key_label(key: Any) -> str:
     from bench.kinds.checks import key_label as label
 
     return label(str(key))
+
+
+@register.filter
+def cell_label(cell: Any, kind: Any) -> str:
+    """A result cell's name in the reader's language, as its job kind shows it ("cold" → "콜드")."""
+    from bench.kinds import registry
+
+    found = registry.find(str(kind))
+    if not isinstance(cell, dict):
+        return str(cell)
+    return found.shown_cell(cell) if found is not None else str(cell.get("cell", ""))
+
+
+@register.filter
+def cell_value(value: Any) -> str:
+    """A stored value of a result cell: yes/no in words, stored names (``cold``, ``synthetic``) as code."""
+    if isinstance(value, bool):
+        return _("예") if value else _("아니오")
+    if isinstance(value, str) and value:
+        return format_html("<code>{}</code>", value)
+    return number(value)
+
+
+@register.filter
+def check_mark(check: Any) -> str:
+    """✓ passed, ✗ failed, – not applicable (a ``Check`` or a hand-in's stored dict)."""
+    get = check.get if isinstance(check, dict) else lambda name, default=None: getattr(check, name, default)
+    if not get("applies", True):
+        return "–"
+    return "✓" if get("passed", False) else "✗"
+
+
+@register.filter
+def check_state(check: Any) -> str:
+    """``pass``, ``fail`` or ``na``: the check's class and ``data-passed`` value on a page."""
+    return {"✓": "pass", "✗": "fail", "–": "na"}[check_mark(check)]

@@ -188,15 +188,16 @@ async def connect(
         yield http
 
 
-def shared_client() -> httpx.AsyncClient:
-    """One pooled client per event loop and server: no TLS-context build or TCP connect per request.
+def shared_client(url: str | None = None) -> httpx.AsyncClient:
+    """One pooled client per event loop and server (``url``, default the configured engine): no
+    TLS-context build or TCP connect per request.
 
     (Making an ``httpx.AsyncClient`` costs ~20-30 ms here, which would land in
     every chat answer's time-to-first-token.) A cancelled stream closes its own
     connection, so vLLM still sees the disconnect and aborts the request.
     """
     per_loop = _clients.setdefault(asyncio.get_running_loop(), {})
-    url = base_url()
+    url = url or base_url()
     if url not in per_loop:
         per_loop[url] = httpx.AsyncClient(base_url=url, timeout=_SHORT, limits=KEEPALIVE)
     return per_loop[url]
@@ -371,9 +372,9 @@ async def has_chat_template(model: str, *, client: httpx.AsyncClient | None = No
     vLLM's ``/tokenize`` applies the chat template to ``messages`` and answers
     400 when the model has none, as base models such as Gemma 3 270M do not.
     """
-    key = (base_url(), model)
+    http = client or shared_client()
+    key = (str(http.base_url).rstrip("/"), model)
     if key not in _chat_template:
-        http = client or shared_client()
         try:
             response = await http.post(
                 "/tokenize", json={"model": model, "messages": [{"role": "user", "content": "hi"}]}, timeout=_SHORT

@@ -46,7 +46,7 @@ async def _keep_going(done: int, total: int, cell: str) -> bool:
         ("load", {"mode": "random"}, "mode", "random"),
         ("retrieval", {"chunk_sizes": "300"}, "chunk_sizes", "300"),
         ("retrieval", {"top_ks": "11"}, "top_ks", "10 이하"),
-        ("short", {"cap_tokens": "200", "normal_tokens": "100"}, "cap_tokens", "작아야"),
+        ("short", {"caps": "16, 200", "normal_tokens": "100"}, "caps", "작아야"),
         ("nonsense", {}, "kind", "nonsense"),
     ],
 )
@@ -257,22 +257,23 @@ def test_the_prefix_job_asks_each_context_four_ways_and_reports_the_reset(
     assert results["cells"][0]["hit_rate"] is not None
 
 
-def test_short_answers_vary_the_instruction_and_the_cap(
+def test_short_answers_vary_the_instruction_and_sweep_the_caps(
     fake: tuple[scripted_server.Script, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls = _scripted_rag(monkeypatch)
     script, url = fake
-    config = kinds.config_for("short", {"questions": "1", "normal_tokens": "64", "cap_tokens": "2"})
+    config = kinds.config_for("short", {"questions": "1", "normal_tokens": "64", "caps": "8, 2, 4"})
     results, _ = aio.run(
         kinds.measure("short", config, base_url=url, model="fake-model", reporter=ProgressReporter(_keep_going))
     )
     assert {c["brief"] for c in calls} == {True, False}
     cells = {c["cell"]: c for c in results["cells"]}
-    assert set(cells) == {"normal", "brief", "cap", "brief_cap"}
-    assert cells["cap"]["max_tokens"] == 2 and cells["normal"]["max_tokens"] == 64
+    assert list(cells) == ["normal", "brief", "cap_2", "cap_4", "cap_8"]
+    assert cells["cap_2"]["max_tokens"] == 2 and cells["normal"]["max_tokens"] == 64
+    assert not cells["cap_2"]["brief"] and "time_saved_pct" in cells["cap_2"]
     sent = [r for r in script.requests if "max_tokens" in r and not r.get("prompt", "").startswith("warm-up")]
-    assert len(sent) == 4 and all(r.get("ignore_eos") in (None, False) and r.get("stop") for r in sent)
-    assert "time_saved_pct" in results and cells["normal"]["answers"][0]["question"] == "질문 0?"
+    assert len(sent) == 5 and all(r.get("ignore_eos") in (None, False) and r.get("stop") for r in sent)
+    assert {"time_saved_pct", "enough_cap"} <= set(results) and cells["normal"]["answers"][0]["question"] == "질문 0?"
 
 
 def test_a_cancel_between_requests_keeps_the_finished_cells(
@@ -320,8 +321,8 @@ def test_every_kind_has_a_chart_and_a_timeline_and_overlays_by_job(kind: str) ->
     timeline = one[1]["figure"]["data"]
     assert [t["name"] for t in timeline] == ["클라이언트 대기", "서버 대기", "프리필", "디코드"]  # Korean first
     both = charts.charts(kind, [("#1", _results(kind)), ("#2", _results(kind))])
-    names = [t["name"] for t in both[0]["figure"]["data"]]
-    assert len(both) == 1 and any(n.startswith("#1") for n in names) and any(n.startswith("#2") for n in names)
+    groups = {t["legendgroup"] for t in both[0]["figure"]["data"]}  # each job's traces: one legend group
+    assert len(both) == 1 and groups == {"#1", "#2"}
 
 
 @pytest.mark.django_db
@@ -341,7 +342,7 @@ def test_the_compare_page_overlays_jobs_of_one_kind_and_the_json_export_has_vllm
     figure = json.loads(
         page.content.decode().split('id="job-chart-data" type="application/json">')[1].split("</script>")[0]
     )
-    assert {t["name"].split()[0] for t in figure["data"]} == {f"#{made[0].pk}", f"#{made[1].pk}"}
+    assert {t["legendgroup"] for t in figure["data"]} == {f"#{made[0].pk}", f"#{made[1].pk}"}
     mixed = client.get("/bench/compare/", {"ids": [made[0].pk, other.pk]})
     assert mixed.status_code == 400 and "같은 종류" in mixed.content.decode()
     assert client.get("/bench/compare/", {"ids": [made[0].pk]}).status_code == 400
@@ -388,10 +389,10 @@ def test_the_chats_estimator_uses_the_learners_latest_speed_probe() -> None:
     from bench.selectors import learner_speeds
 
     learner = User.objects.create(username="speeds")
-    assert learner_speeds(learner, "x") is None  # no answers, no probe
+    assert learner_speeds(learner, "x") is None  # no Lab 1 run
     BenchJob.objects.create(owner=learner, kind="speed", engine_url="x", status="failed", results={"prefill_speed": 1})
     probe = BenchJob.objects.create(
-        owner=learner, kind="speed", engine_url="x", status="done",
+        owner=learner, kind="speed", lab=1, engine_url="x", status="done",
         results={"prefill_speed": 612.0, "decode_speed": 24.5, "cells": [{}, {}, {}, {}]},
     )  # fmt: skip
     speeds = learner_speeds(learner, "x")

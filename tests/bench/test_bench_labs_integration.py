@@ -25,7 +25,7 @@ SMALL = {
     },
     "retrieval": {"questions": "1", "top_ks": "1, 4", "chunk_sizes": "200, 1000", "max_tokens": "4"},
     "prefix": {"contexts": "1", "top_k": "4", "chunk_size": "500", "max_tokens": "4"},
-    "short": {"questions": "1", "normal_tokens": "40", "cap_tokens": "6", "top_k": "1", "chunk_size": "200"},
+    "short": {"questions": "1", "normal_tokens": "40", "caps": "6, 12, 24", "top_k": "1", "chunk_size": "200"},
 }  # fmt: skip
 
 
@@ -85,7 +85,7 @@ def test_each_job_kind_runs_on_the_worker_and_draws_its_charts(
     assert cells["reordered"]["median_cached_tokens"] <= cells["other_question"]["median_cached_tokens"], seen
 
     short = {c["cell"]: c for c in states["short"].results["cells"]}
-    assert short["cap"]["median_output_tokens"] <= 6 and short["brief_cap"]["median_output_tokens"] <= 6
+    assert short["cap_6"]["median_output_tokens"] <= 6 and short["cap_24"]["median_output_tokens"] <= 24
     assert short["normal"]["max_tokens"] == 40
 
     sweep = states["sweep"].results["fits"]

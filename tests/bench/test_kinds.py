@@ -24,7 +24,8 @@ KIND_NAMES = [kind.name for kind in kinds.all_kinds()]
 
 
 class _FormControls(HTMLParser):
-    """name → the attributes of each input and select of a page, a select's "value" its selected option."""
+    """name → the attributes of each input and select of a page, a select's "value" its selected option
+    (a group of radios: the first radio's attributes, "value" the checked one's)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -33,7 +34,11 @@ class _FormControls(HTMLParser):
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         found = {key: value or "" for key, value in attrs}
-        if tag in ("input", "select") and "name" in found:
+        if tag == "input" and found.get("type") == "radio" and "name" in found:  # a choice shown as radios
+            group = self.controls.setdefault(found["name"], found | {"tag": "radio", "value": ""})
+            if "checked" in found:
+                group["value"] = found["value"]
+        elif tag in ("input", "select") and "name" in found:
             self.controls[found["name"]] = found | {"tag": tag}
             self._select = self.controls[found["name"]] if tag == "select" else None
         elif tag == "option" and self._select is not None and "selected" in found:
@@ -77,7 +82,7 @@ def test_the_form_shows_each_kinds_own_defaults_and_an_empty_form_runs_exactly_t
         if field.widget == "jsonl":
             assert control["type"] == "file" and expected == "" and not getattr(default, field.attribute)
         elif field.widget == "choice":
-            assert control["tag"] == "select" and control["value"] == expected, field.name
+            assert control["tag"] in ("select", "radio") and control["value"] == expected, field.name
         else:
             assert control["placeholder"] == expected, (field.name, control["placeholder"], expected)
         assert json.loads(control["data-defaults"])[name] == expected, field.name

@@ -23,6 +23,7 @@ from django.test import Client
 from bench import kinds, scripted_server
 from bench.kinds import registry, retrieval, sweep
 from bench.kinds.cells import watched_cell
+from bench.kinds.checks import all_passed
 from bench.kinds.load import LoadConfig
 from bench.kinds.prefix import PrefixConfig
 from bench.kinds.retrieval import RetrievalConfig
@@ -95,7 +96,14 @@ def _load() -> Run:
 def _retrieval_run(ttft_1000: tuple[float, float], tpots: tuple[float, ...]) -> Run:
     points = ((500, 1, 230, 210.0), (500, 3, 690, 600.0), (1000, 1, 310, ttft_1000[0]), (1000, 3, 930, ttft_1000[1]))
     cells = [
-        _cell(chunk_size=size, top_k=k, median_context_tokens=tokens, median_ttft_ms=ttft, median_tpot_ms=tpot)
+        _cell(
+            chunk_size=size,
+            top_k=k,
+            median_context_tokens=tokens,
+            median_ttft_ms=ttft,
+            median_tpot_ms=tpot,
+            median_output_tokens=24.0,
+        )
         for (size, k, tokens, ttft), tpot in zip(points, tpots, strict=True)
     ]
     return {"cells": cells, "fits": retrieval.fits(cells)}, RetrievalConfig(top_ks=(1, 3), chunk_sizes=(500, 1000))
@@ -120,13 +128,19 @@ def _answers(ids: tuple[str, ...] = ("q0", "q1", "q2")) -> list[dict[str, Any]]:
 
 
 def _short() -> Run:
+    def short(cell: str, max_tokens: int, output: float, decode: float, coverage: float) -> dict[str, Any]:
+        fields = {"median_output_tokens": output, "median_decode_ms": decode, "answer_coverage": coverage}
+        return _cell(cell=cell, max_tokens=max_tokens, answers=_answers(), **fields)
+
     cells = [
-        _cell(cell="normal", median_output_tokens=160.0, answer_coverage=0.8, answers=_answers()),
-        _cell(cell="brief", median_output_tokens=90.0, answer_coverage=0.7, answers=_answers()),
-        _cell(cell="cap", median_output_tokens=32.0, answer_coverage=0.6, answers=_answers()),
-        _cell(cell="brief_cap", median_output_tokens=30.0, answer_coverage=0.6, answers=_answers()),
+        short("normal", 160, 160.0, 11000.0, 0.8),
+        short("brief", 160, 20.0, 1300.0, 0.7),
+        short("cap_16", 16, 16.0, 1000.0, 0.3),
+        short("cap_32", 32, 32.0, 2100.0, 0.6),
+        short("cap_64", 64, 64.0, 4400.0, 0.7),
+        short("cap_128", 128, 128.0, 8800.0, 0.8),
     ]
-    return {"cells": cells, "time_saved_pct": 70.0}, ShortConfig()
+    return {"cells": cells, "time_saved_pct": 70.0, "enough_cap": 64}, ShortConfig()
 
 
 BASELINES: dict[str, Callable[[], Run]] = {
@@ -200,7 +214,7 @@ MUTATIONS: list[tuple[str, str, Mutation]] = [
     ),
     (
         "sweep",
-        "짧은 문맥에서 TPOT는 입력 길이에 거의 무관 (최대/최소 ≤ 1.3)",
+        "짧은 문맥에서 TPOT는 입력 길이에 거의 무관 (가장 긴 입력에서 1.3배 이하)",
         _baseline(_sweep_run(LINE_TTFT, LINE_DECODE, [40.0, 41.0, 42.0, 43.0, 80.0], SweepConfig())),
     ),
     ("sweep", SETTINGS, _configured(input_lengths=(100, 400, 800, 1600))),
@@ -219,7 +233,7 @@ MUTATIONS: list[tuple[str, str, Mutation]] = [
     ),
     (
         "retrieval",
-        "TPOT는 문맥 길이와 거의 무관 (최대/최소 ≤ 1.5)",
+        "TPOT는 문맥 길이와 거의 무관 (가장 긴 문맥에서 1.5배 이하)",
         _baseline(_retrieval_run((280.0, 900.0), (40.0, 42.0, 41.0, 90.0))),
     ),
     ("retrieval", SETTINGS, _configured(top_ks=(3,))),
@@ -233,10 +247,15 @@ MUTATIONS: list[tuple[str, str, Mutation]] = [
     ("short", ALL_OK, FAILED_REQUEST),
     ("short", "짧게 답하라는 지시만으로 출력 토큰이 줄어듦 (상한 없이)", _in_cell(1, median_output_tokens=160.0)),
     ("short", "전체 시간이 줄어듦", _set(time_saved_pct=-4.0)),
-    ("short", "짧은 답도 근거를 지킴 (보통 답 근거 포함률의 70% 이상)", _in_cell(3, answer_coverage=0.5)),
+    ("short", "짧게 지시한 답도 근거를 지킴 (보통 답 근거 포함률의 70% 이상)", _in_cell(1, answer_coverage=0.5)),
+    ("short", "상한을 낮추면 출력 토큰과 디코드 시간이 줄어듦", _in_cell(2, median_decode_ms=12000.0)),
+    ("short", "근거를 지키는 가장 작은 상한을 찾음", _set(enough_cap=None)),
     ("short", SETTINGS, _in_cell(1, answers=_answers(("q0", "q1")))),
     ("short", QUIET, DISTURBED),
 ]
+
+
+ADVISED = ("speed", "sweep", "load", "retrieval", "prefix")
 
 
 @pytest.mark.parametrize("kind", sorted(BASELINES))
@@ -253,6 +272,9 @@ def test_each_check_fails_alone_on_its_mutation(kind: str, name: str, mutate: Mu
     checked = _checked(kind, mutate(results, config))
     assert {n for n, c in checked.items() if not c.passed} == {name}
     assert checked[name].message
+    if kind in ADVISED:  # a failure says why in the learner's words and what to do
+        assert checked[name].advice
+    assert not [c for c in checked.values() if c.passed and c.advice]
 
 
 # --- rules the table does not reach -----------------------------------------------------------
@@ -281,12 +303,41 @@ def test_a_lab3_slo_of_an_hour_fails_the_settings_and_the_slo_check() -> None:
     assert _checked("load", (results | {"slo": {"ttft_ms": 1000.0, "tpot_ms": 100.0}}, stricter))[SETTINGS].passed
 
 
+@pytest.mark.django_db
 def test_lab6_compares_nothing_when_the_normal_answers_lack_the_evidence() -> None:
+    """A base model's answers hold no evidence: the two evidence checks say so and count neither way."""
     results, config = _short()
     for cell in results["cells"]:
         cell["answer_coverage"] = 0.2  # the capped answers "keep" all of it, which says nothing
-    check = _checked("short", (results, config))["짧은 답도 근거를 지킴 (보통 답 근거 포함률의 70% 이상)"]
-    assert not check.passed and "아무것도 말하지 않음" in check.message
+    checked = _checked("short", (results, config))
+    for name in (
+        "짧게 지시한 답도 근거를 지킴 (보통 답 근거 포함률의 70% 이상)",
+        "근거를 지키는 가장 작은 상한을 찾음",
+    ):
+        check = checked[name]
+        assert not check.applies and not check.failed and check.message.startswith("해당 없음")
+        assert "아무것도 말하지 않습니다" in check.message
+    assert all_passed(checked.values())  # the timing checks alone decide; none of the two is a ✓
+    learner = User.objects.create(username="base-model")
+    BenchJob.objects.create(owner=learner, kind="short", lab=6, config={}, status="done", results=results)
+    client = Client()
+    client.force_login(learner)
+    page = client.get("/labs/6/").content.decode()
+    assert page.count('data-state="na"') == 2 and "해당 없음" in page and 'data-state="fail"' not in page
+
+
+def test_lab6_evidence_checks_still_fail_when_the_normal_answers_hold_it_and_the_short_ones_lose_it() -> None:
+    results, config = _short()
+    for cell in results["cells"]:
+        cell["answer_coverage"] = 0.8 if cell["cell"] == "normal" else 0.1
+    results["enough_cap"] = None  # the run's summary: no cap kept the evidence
+    checked = _checked("short", (results, config))
+    for name in (
+        "짧게 지시한 답도 근거를 지킴 (보통 답 근거 포함률의 70% 이상)",
+        "근거를 지키는 가장 작은 상한을 찾음",
+    ):
+        assert checked[name].applies and checked[name].failed
+    assert not all_passed(checked.values())
 
 
 def test_lab6_fewer_tokens_under_the_cap_alone_do_not_pass_the_instruction_check() -> None:
@@ -388,7 +439,7 @@ def test_a_cell_measured_beside_other_traffic_is_marked_and_shown(
     check = _checked("speed", (shared, SpeedConfig()))[QUIET]
     assert not check.passed and "4칸" in check.message
     owner = User.objects.create(username="shared-engine")
-    job = BenchJob.objects.create(owner=owner, kind="speed", engine_url=url, status="done", results=shared)
+    job = BenchJob.objects.create(owner=owner, kind="speed", lab=1, engine_url=url, status="done", results=shared)
     client = Client()
     client.force_login(owner)
     page = client.get(f"/bench/{job.pk}/").content.decode()
@@ -413,7 +464,7 @@ def _others_running(monkeypatch: pytest.MonkeyPatch, extra: float) -> None:
     [
         ("retrieval", {"questions": "1", "top_ks": "1, 2", "chunk_sizes": "200"}),
         ("prefix", {"contexts": "1", "top_k": "2", "chunk_size": "200"}),
-        ("short", {"questions": "1", "normal_tokens": "16", "cap_tokens": "2"}),
+        ("short", {"questions": "1", "normal_tokens": "16", "caps": "2, 4, 8"}),
         ("load", {"concurrencies": "1, 2", "input_tokens": "8", "output_tokens": "3"}),
     ],
 )
@@ -447,7 +498,7 @@ def test_a_hand_in_below_the_minimums_is_refused_and_the_page_says_why() -> None
     results, _config = _sweep()
     raw = {"input_lengths": "100, 1600", "output_lengths": "16, 256", "seed": 4}
     BenchJob.objects.create(
-        owner=learner, kind="sweep", config=raw, engine_url="http://e", status="done", results=results
+        owner=learner, kind="sweep", lab=2, config=raw, engine_url="http://e", status="done", results=results
     )
     with pytest.raises(lab_services.SubmitError, match="최소 조건") as refused:
         lab_services.lab_submit(user=learner, number=2, reflection="기울기는 1/프리필 속도")
@@ -459,8 +510,9 @@ def test_a_hand_in_below_the_minimums_is_refused_and_the_page_says_why() -> None
     assert 'id="lab-missing"' in page and "출력 길이 5개 이상 (지금 2개)" in page
     answer = client.post("/labs/2/submit/", {"reflection": "남겨 둘 답"}, follow=True).content.decode()
     assert "최소 조건에 못 미쳐" in answer and "남겨 둘 답" in answer
-    BenchJob.objects.create(owner=learner, kind="sweep", config={"seed": 5}, engine_url="http://e", status="done",
-                            results=results)  # fmt: skip
+    BenchJob.objects.create(
+        owner=learner, kind="sweep", lab=2, config={"seed": 5}, engine_url="http://e", status="done", results=results
+    )
     done = lab_services.lab_submit(user=learner, number=2, reflection="기울기는 1/프리필 속도")
     assert done.created and done.submission.passed
 
@@ -476,15 +528,15 @@ def test_the_estimators_speeds_come_from_a_probe_on_the_same_engine(settings: An
 
     configured, gpu = settings.VLLM_BASE_URL, "http://gpu-box:8000"
     learner = User.objects.create(username="two-engines")
-    here = BenchJob.objects.create(owner=learner, kind="speed", engine_url=configured, status="done",
+    here = BenchJob.objects.create(owner=learner, kind="speed", lab=1, engine_url=configured, status="done",
                                    results={"prefill_speed": 600.0, "decode_speed": 25.0})  # fmt: skip
-    there = BenchJob.objects.create(owner=learner, kind="speed", engine_url=gpu + "/", status="done",
+    there = BenchJob.objects.create(owner=learner, kind="speed", lab=1, engine_url=gpu + "/", status="done",
                                     results={"prefill_speed": 9000.0, "decode_speed": 120.0})  # fmt: skip
     on_cpu, on_gpu = learner_speeds(learner, configured), learner_speeds(learner, gpu)
     assert on_cpu is not None and (on_cpu.prefill, on_cpu.decode) == (600.0, 25.0) and f"#{here.pk}" in on_cpu.basis
     assert on_gpu is not None and on_gpu.prefill == 9000.0 and f"#{there.pk}" in on_gpu.basis
     assert speed_probe_speeds(learner, "http://elsewhere:8000") is None
-    assert learner_speeds(learner, "http://elsewhere:8000") is None  # no chat answers' speeds for another engine
+    assert learner_speeds(learner, "http://elsewhere:8000") is None  # never chat answers' speeds
     chat = chat_speeds(learner)
     assert chat is not None and chat.prefill == 600.0  # the chat answers on the configured engine
     Engine.objects.create(name="GPU", base_url=gpu, added_by=learner)
@@ -496,3 +548,81 @@ def test_the_estimators_speeds_come_from_a_probe_on_the_same_engine(settings: An
     session.save()
     page = client.get("/chapter/estimator/").content.decode()
     assert "9000.0" in page and "600.0 토큰/초" not in page
+
+
+# --- robust to a busy CPU, and saying why ---------------------------------------------------------
+
+LAB2_FLAT = "짧은 문맥에서 TPOT는 입력 길이에 거의 무관 (가장 긴 입력에서 1.3배 이하)"
+LAB4_FLAT = "TPOT는 문맥 길이와 거의 무관 (가장 긴 문맥에서 1.5배 이하)"
+LAB4_RISING = "가져온 토큰이 많을수록 TTFT가 오름"
+
+
+def test_a_stall_in_one_request_moves_tpot_but_not_the_gap_median_lab2_compares() -> None:
+    cells = _sweep_cells(LINE_TTFT, LINE_DECODE, [40.0, 41.0, 42.0, 43.0, 80.0])  # one stalled request at 1600
+    for cell, gap in zip(cells[:5], (40.0, 40.5, 41.0, 41.5, 42.0), strict=True):
+        cell["median_itl_ms"] = gap
+    check = _checked("sweep", ({"cells": cells, "fits": sweep.fits(cells)}, SweepConfig()))[LAB2_FLAT]
+    assert check.passed and "(1.05배)" in check.message
+    cells[4]["median_itl_ms"] = 60.0  # every step slower at 1600 tokens: the check fails and names both ends
+    check = _checked("sweep", ({"cells": cells, "fits": sweep.fits(cells)}, SweepConfig()))[LAB2_FLAT]
+    assert not check.passed and "입력 1600 토큰에서 60.0 ms" in check.message and "입력 100 토큰" in check.message
+    assert "CPU" in check.advice
+
+
+def test_a_lab2_line_off_by_one_point_names_that_point() -> None:
+    run = _sweep_run([100, 900, 150, 1000, 300], LINE_DECODE, FLAT_TPOT, SweepConfig())
+    check = _checked("sweep", run)["입력 길이에 대한 TTFT 직선 r² ≥ 0.95"]
+    assert not check.passed and "직선에서 가장 먼 점" in check.message and check.advice
+
+
+def test_lab4_compares_tpot_only_over_answers_long_enough_to_time() -> None:
+    results, config = _retrieval_run((280.0, 900.0), (40.0, 42.0, 41.0, 90.0))
+    results["cells"][3]["median_output_tokens"] = 2.0  # stopped after two tokens: its TPOT is one gap
+    check = _checked("retrieval", (results, config))[LAB4_FLAT]
+    assert check.passed and "1칸은 빼고" in check.message
+    for cell in results["cells"][1:]:
+        cell["median_output_tokens"] = 1.0
+    check = _checked("retrieval", (results, config))[LAB4_FLAT]
+    assert not check.passed and "1개뿐" in check.message and "최대 출력 토큰" in check.advice
+
+
+def test_lab4s_tpot_line_averages_over_cells_but_a_rise_with_context_fails() -> None:
+    tpots = (150.0, 100.0, 160.0, 110.0)  # a busy machine: cells differ 1.6x, with no trend in the context
+    results, config = _retrieval_run((280.0, 900.0), tpots)
+    check = _checked("retrieval", (results, config))[LAB4_FLAT]
+    assert check.passed and "가장 느린 칸: 청크 1000 / top-k 1, 160.0 ms" in check.message
+    results, config = _retrieval_run((280.0, 900.0), (40.0, 70.0, 45.0, 80.0))  # TPOT doubles with the context
+    assert not _checked("retrieval", (results, config))[LAB4_FLAT].passed
+
+
+def test_a_falling_lab4_line_names_the_cell_that_bent_it() -> None:
+    results, config = _retrieval_run((900.0, 280.0), (40.0, 42.0, 41.0, 44.0))
+    check = _checked("retrieval", (results, config))[LAB4_RISING]
+    assert not check.passed and "1000자 선에서 가장 벗어난 칸: top-k" in check.message
+    assert "질문 수" in check.advice
+
+
+def test_a_failed_request_names_its_error_and_what_to_do() -> None:
+    results, config = _speed()
+    results["cells"][0] |= {"failed": 1, "errors": ["HTTP 500: engine overloaded"]}
+    check = _checked("speed", (results, config))[ALL_OK]
+    assert not check.passed and "HTTP 500: engine overloaded" in check.message and "엔진" in check.advice
+
+
+def test_the_advice_names_the_stalls_a_busy_cpu_left_between_tokens() -> None:
+    results, config = _speed()
+    results["check"] = {"estimate_s": 7.0, "measured_s": 5.3, "error_pct": 32.1}
+    results["cells"][3] |= {"median_itl_ms": 60.0, "requests": [{"itl": [0.06, 0.9, 0.061, 0.3, 0.05]}]}
+    check = _checked("speed", (results, config))["처음 보는 모양에서 추정이 측정의 15% 이내"]
+    assert not check.passed and "토큰 사이가 2번 멈췄습니다 (가장 길게 900 ms)" in check.advice
+    results["cells"][3]["requests"] = [{"itl": [0.06, 0.07, 0.061]}]  # no stall: the plain advice
+    check = _checked("speed", (results, config))["처음 보는 모양에서 추정이 측정의 15% 이내"]
+    assert "멈췄습니다" not in check.advice and "CPU" in check.advice
+
+
+def test_when_even_the_lowest_load_misses_the_slo_the_advice_says_the_machine_was_busy() -> None:
+    results, config = _load()
+    results["best_level"] = None
+    results["cells"][0] |= {"median_tpot_ms": 241.0, "median_ttft_ms": 1468.0}
+    check = _checked("load", (results, config))["SLO를 지키는 가장 높은 부하를 찾음"]
+    assert not check.passed and "가장 낮은 부하(1)에서도 SLO를 넘었습니다" in check.advice and "CPU" in check.advice

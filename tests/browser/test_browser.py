@@ -59,12 +59,17 @@ def test_a_learner_asks_watches_tokens_arrive_stops_an_answer_and_compares_two_s
         page.wait_for_timeout(50)
     assert len(lengths - {0}) >= 2, lengths
     page.wait_for_selector(".answer[data-status=done]", timeout=120_000)
-    for key in ("retrieval", "prefill_server", "ttft", "decode_client", "tpot", "queue"):
-        assert "ms" in first.locator(f"td[data-k={key}]").inner_text(), key
-    assert int(first.locator("td[data-k=prompt_tokens]").inner_text()) > 0
-    assert first.locator("td[data-k=split]").inner_text().count("/") == 2
+    # The compact row of key numbers, always shown; the rest behind "more" (text_content: closed or not).
+    for key in ("retrieval", "queue", "prefill", "decode", "tpot"):
+        assert "ms" in first.locator(f".keynums [data-k={key}]").inner_text(), key
+    assert int(first.locator(".keynums [data-k=prompt_tokens]").inner_text()) > 0
+    assert first.locator(".engine [data-k=engine]").inner_text().startswith("기본 엔진 · http")
+    first.locator("details.more > summary").click()
+    for key in ("prefill_server", "ttft", "decode_client"):
+        assert "ms" in first.locator(f"table.timing [data-k={key}]").inner_text(), key
+    assert first.locator("table.timing [data-k=split]").inner_text().count("/") == 2
     # Locator waits, not wait_for_function: the site's CSP (script-src 'self') refuses the eval it uses.
-    expect(page.locator(".answer td[data-k=websocket]").first).to_contain_text("ms", timeout=10_000)
+    expect(page.locator(".answer table.timing [data-k=websocket]").first).to_contain_text("ms", timeout=10_000)
     widths = [first.locator(f".seg-{p}").evaluate("e => parseFloat(e.style.width)") for p in ("prefill", "decode")]
     assert all(w > 0 for w in widths)
     assert first.locator(".sources li[data-chunk]").count() >= 1
@@ -80,7 +85,7 @@ def test_a_learner_asks_watches_tokens_arrive_stops_an_answer_and_compares_two_s
     second.locator("button.stop").click()
     page.wait_for_selector(".answer[data-status=stopped]", timeout=15_000)
     assert second.locator(".text").inner_text().strip()
-    assert second.locator("td[data-k=ttft]").inner_text().endswith("ms")
+    assert (second.locator("table.timing [data-k=ttft]").text_content() or "").endswith("ms")
 
     # Ask the first question again with other settings: the two answers stand side by side.
     first.locator("button.again").click()
@@ -101,7 +106,8 @@ def test_a_learner_asks_watches_tokens_arrive_stops_an_answer_and_compares_two_s
     page.wait_for_selector(".answer[data-status=stopped]")
     assert page.locator(".answer").count() == 3
     assert page.locator(".turn.side-by-side .answer").count() == 2
-    assert "ms" in page.locator(".answer td[data-k=ttft]").first.inner_text()
+    assert "ms" in page.locator(".answer .keynums [data-k=prefill]").first.inner_text()
+    assert "ms" in (page.locator(".answer table.timing [data-k=ttft]").first.text_content() or "")
     page.close()
 
 
@@ -170,10 +176,14 @@ def test_the_team_demo_sweeps_live_and_asks_two_settings_side_by_side(
     assert page.locator("#demo-chart .main-svg").count() >= 1
     page.wait_for_selector("#socket-state[data-state=open]", timeout=15_000)
     page.click("#ask-button")
+    page.click("#ab-details summary")  # the two answers and their tables sit folded under the A/B result
     page.wait_for_selector(".turn.side-by-side .answer >> nth=1", timeout=120_000)
     for index in range(2):
         answer = page.locator(".turn.side-by-side .answer").nth(index)
         answer.locator(".status").filter(has_text="완료").wait_for(timeout=120_000)
+    page.wait_for_selector("#ab-result[data-done=true] .ab-pct", timeout=10_000)  # two large numbers and the difference
+    assert page.locator("#ab-result .ab-number").count() == 2
+    assert page.locator("#ab-result .split-bar").count() == 2
     assert "/demo/" in page.url  # the demo keeps its address while the chat runs
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "team-demo.png"), full_page=True)

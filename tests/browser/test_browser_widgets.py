@@ -35,7 +35,8 @@ for name, measured in (("unmeasured", False), ("measured", True)):
     user = User.objects.create(username=f"widgets-{name}-{uuid.uuid4().hex[:8]}")
     if measured:
         BenchJob.objects.create(
-            owner=user, kind="speed", status="done", engine_url=vllm_client.base_url(), finished_at=timezone.now(),
+            owner=user, kind="speed", lab=1, status="done", engine_url=vllm_client.base_url(),
+            finished_at=timezone.now(),
             results={"prefill_speed": 600.0, "decode_speed": 25.0, "cells": []},
         )
     client = Client()

@@ -7,6 +7,7 @@ are in test_chat_integration.py and the browser test.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -126,22 +127,84 @@ def test_an_answer_streams_token_by_token_and_is_saved_with_every_panel_number(f
     assert saved.timings["client"]["ttft_ms"] == t["client"]["ttft_ms"]
 
 
-def test_the_second_answer_is_estimated_from_the_first_ones_speeds(fake: scripted_server.Script) -> None:
-    cookie = _cookie()
+def _answers(cookie: bytes, n: int = 1) -> list[list[dict[str, Any]]]:
+    """The frames of ``n`` questions asked one after the other on one socket."""
 
-    async def go() -> dict[str, Any]:
+    async def go() -> list[list[dict[str, Any]]]:
         socket = _socket(cookie)
-        await socket.connect()
-        for n in range(2):
-            await socket.send_json_to(_ask() | {"id": f"q{n}"})
-            frames = await _until_done(socket)
+        assert (await socket.connect())[0]
+        found = []
+        for k in range(n):
+            await socket.send_json_to(_ask() | {"id": f"q{k}"})
+            found.append(await _until_done(socket))
         await socket.disconnect()
-        answer: dict[str, Any] = frames[-1]["answer"]
-        return answer
+        return found
 
-    estimate = aio.run(go())["timings"]["estimate"]
+    return aio.run(go())
+
+
+def test_the_estimate_takes_the_learners_lab_1_run_on_the_answering_engine_never_chat_answers(
+    fake: scripted_server.Script, settings: Any
+) -> None:
+    from bench.models import BenchJob
+
+    cookie = _cookie()
+    learner = User.objects.get(username="learner1")
+    speeds = {"prefill_speed": 600.0, "decode_speed": 25.0, "cells": [{}, {}]}
+    # A /bench/ speed job (no lab) and a Lab 1 run on another engine do not count ...
+    BenchJob.objects.create(
+        owner=learner, kind="speed", status="done", engine_url=settings.VLLM_BASE_URL, results=speeds
+    )
+    BenchJob.objects.create(
+        owner=learner, kind="speed", lab=1, status="done", engine_url="http://gpu:8000", results=speeds
+    )
+    first, second = _answers(cookie, 2)
+    # ... and neither do the chat's own answers, however many there are.
+    assert first[-1]["answer"]["timings"]["estimate"] is None
+    assert second[-1]["answer"]["timings"]["estimate"] is None
+    run = BenchJob.objects.create(
+        owner=learner, kind="speed", lab=1, status="done", engine_url=settings.VLLM_BASE_URL + "/", results=speeds
+    )
+    (frames,) = _answers(cookie)
+    estimate = frames[-1]["answer"]["timings"]["estimate"]
+    assert (estimate["prefill_speed"], estimate["decode_speed"]) == (600.0, 25.0) and f"#{run.pk}" in estimate["basis"]
     assert estimate["total_s"] == pytest.approx(estimate["prefill_s"] + estimate["decode_s"])
-    assert estimate["prefill_speed"] > 0 and estimate["measured_s"] is not None
+    assert estimate["measured_s"] is not None
+
+
+def test_the_chat_answers_on_the_engine_picked_on_the_engines_page_and_the_card_names_it(
+    fake: scripted_server.Script, settings: Any
+) -> None:
+    from bench import engines
+    from bench.models import BenchJob, Engine
+
+    other = scripted_server.Script(pieces=["GPU", " 답변"])
+    with scripted_server.serve(other) as other_url:
+        secret_url = other_url.replace("http://", "http://tutor:s3cret@")  # an address with credentials
+        learner = User.objects.get_or_create(username="picker")[0]
+        Engine.objects.create(name="GPU 상자", base_url=secret_url, added_by=learner)
+        client = Client()
+        client.force_login(learner)
+        assert client.post("/engines/pick/", {"url": secret_url}).status_code == 302
+        assert client.session[engines.SESSION_KEY] == secret_url
+        BenchJob.objects.create(
+            owner=learner, kind="speed", lab=1, status="done", engine_url=secret_url,
+            results={"prefill_speed": 9000.0, "decode_speed": 120.0},
+        )  # fmt: skip
+        (frames,) = _answers(f"sessionid={client.cookies['sessionid'].value}".encode())
+    answer = frames[-1]["answer"]
+    assert answer["status"] == "done" and answer["text"] == "GPU 답변"
+    assert other.requests and not fake.requests  # the picked engine answered, the configured one was not asked
+    shown = {"name": "GPU 상자", "url": other_url}
+    assert frames[0]["type"] == "started" and frames[0]["engine"] == shown
+    assert answer["timings"]["engine"] == shown
+    assert answer["timings"]["estimate"]["prefill_speed"] == 9000.0  # the speeds of the engine that answered
+    assert "s3cret" not in json.dumps(frames)
+
+
+def test_without_a_pick_the_configured_engine_answers_and_is_named(fake: scripted_server.Script, settings: Any) -> None:
+    (frames,) = _answers(_cookie())
+    assert frames[-1]["answer"]["timings"]["engine"] == {"name": "기본 엔진", "url": settings.VLLM_BASE_URL}
 
 
 @pytest.mark.parametrize(
@@ -286,9 +349,10 @@ def test_an_engine_gone_after_its_info_was_cached_is_named_and_the_next_ask_chec
     assert _failed_answer(fake, max_tokens=4)["status"] == "done"  # the engine's info is cached now
     settings.VLLM_BASE_URL = f"http://127.0.0.1:{free_port()}"  # as if it died: nothing listens there
     vllm_client._chat_template[(settings.VLLM_BASE_URL, "fake-model")] = False  # remembered, like the info
+    chat._engine_cache[settings.VLLM_BASE_URL] = next(iter(chat._engine_cache.values()))
     answer = _failed_answer(fake)
     assert answer["status"] == "failed" and answer["error"].startswith("vLLM에 연결할 수 없습니다: ConnectError")
-    assert chat._engine_cache is None  # the next ask fails before retrieval instead of after it
+    assert chat._engine_cache == {}  # the next ask fails before retrieval instead of after it
 
 
 def test_chroma_down_answers_without_sources_and_says_retrieval_is_unavailable(
@@ -437,3 +501,17 @@ def test_a_class_collection_is_offered_to_its_members_only(fake: scripted_server
     member.force_login(User.objects.get(username="member"))
     assert f'value="{key}"' not in member.get("/documents/").content.decode()  # a learner adds no class material
     assert f'value="{key}"' in member.get("/chat/").content.decode()
+
+
+def test_the_chat_page_draws_compact_cards_with_the_question_box_in_reach(fake: scripted_server.Script) -> None:
+    from rag.views import chat_labels
+
+    client = Client()
+    client.force_login(User.objects.get_or_create(username="reader")[0])
+    page = client.get("/chat/").content.decode()
+    assert 'href="/static/lab/chat.css"' in page and 'class="card ask sticky-ask"' in page
+    labels = chat_labels()
+    assert labels["more"] == "자세히"  # the rest of the numbers sit behind one disclosure
+    # Relevance says what it is and which way is good; cosine similarity is named as 1 − distance.
+    assert "100%" in labels["relevance_help"] and "1 − 코사인 거리" in labels["relevance_help"]
+    assert "실습 1" in labels["estimate_none"]  # no speeds yet points to Lab 1, not to more chat answers

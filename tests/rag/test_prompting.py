@@ -70,7 +70,27 @@ def test_brief_changes_only_the_instructions_and_no_chunks_says_so() -> None:
     brief = prompting.prompt_build("q", [], brief=True)
     assert "짧게" in brief.instructions and "(자료 없음)" in brief.context
     english = prompting.prompt_build("q", [], brief=True, language="en")
-    assert "one or two sentences" in english.instructions and english.question.startswith("Question: q")
+    assert "one short line" in english.instructions and english.question.startswith("Question: q")
+
+
+def test_stops_end_a_restarted_template_and_a_brief_answer_at_its_line_end() -> None:
+    plain = prompting.prompt_build("q", [], brief=False)
+    assert plain.stop == ["질문:", "답변:", "\n[자료"]
+    assert prompting.prompt_build("q", [], brief=True).stop == [*plain.stop, "\n"]
+    assert prompting.prompt_build("q", [], brief=False, language="en").stop[:2] == ["Question:", "Answer:"]
+
+
+@pytest.mark.parametrize(
+    ("model", "base"),
+    [
+        ("gemma-3-270m", True),
+        ("/data/models/gemma-3-270m", True),
+        ("google/gemma-3-270m-it", False),
+        ("Qwen2.5", False),
+    ],
+)
+def test_only_the_packaged_base_model_gets_the_notice(model: str, base: bool) -> None:
+    assert prompting.is_packaged_base_model(model) is base
 
 
 def test_chat_messages_carry_the_same_parts() -> None:

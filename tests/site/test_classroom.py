@@ -25,6 +25,7 @@ from django.utils import timezone, translation
 from bench.models import BenchJob
 from labapp.classes import services
 from labapp.csvcells import csv_safe
+from labapp.labs.catalog import LABS
 from labapp.models import Assignment, Classroom, LabSubmission, Membership, TemporaryPassword
 from rag.access import user_collection_name
 from rag.models import Answer, Conversation, Document
@@ -35,8 +36,10 @@ PASSWORD = "correct-horse-battery"  # noqa: S105 - test accounts
 RETRIEVAL = GOOD[4] | {
     "cells": [
         {"completed": 2, "failed": 0, "median_context_tokens": 480, "median_ttft_ms": 210.0, "median_tpot_ms": 40}
+        | {"chunk_size": 500, "top_k": 1, "median_output_tokens": 24}
         | QUIET,
         {"completed": 2, "failed": 0, "median_context_tokens": 1900, "median_ttft_ms": 590.0, "median_tpot_ms": 42}
+        | {"chunk_size": 500, "top_k": 5, "median_output_tokens": 24}
         | QUIET,
     ]
 }
@@ -52,7 +55,8 @@ def _user(username: str, **extra: Any) -> User:
 
 
 def _job(owner: User, kind: str, results: dict[str, Any], *, engine: str = "http://engine-a:8000") -> BenchJob:
-    return BenchJob.objects.create(owner=owner, kind=kind, engine_url=engine, status="done", results=results)
+    lab = next((n for n, lab in LABS.items() if lab.job_kind == kind), None)  # a run made on its lab's page
+    return BenchJob.objects.create(owner=owner, kind=kind, engine_url=engine, status="done", results=results, lab=lab)
 
 
 @dataclass

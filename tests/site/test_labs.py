@@ -62,8 +62,12 @@ GOOD: dict[int, dict[str, Any]] = {
     },
     4: {
         "cells": [
-            {"completed": 2, "failed": 0, "median_tpot_ms": 40} | QUIET,
-            {"completed": 2, "failed": 0, "median_tpot_ms": 44} | QUIET,
+            {"completed": 2, "failed": 0, "median_tpot_ms": 40, "chunk_size": 500, "top_k": 1}
+            | {"median_context_tokens": 150, "median_output_tokens": 24, "median_ttft_ms": 350}
+            | QUIET,
+            {"completed": 2, "failed": 0, "median_tpot_ms": 44, "chunk_size": 500, "top_k": 5}
+            | {"median_context_tokens": 750, "median_output_tokens": 24, "median_ttft_ms": 1370}
+            | QUIET,
         ],
         "fits": {
             "500": {"slope": 1.7, "intercept": 100, "r2": 0.98},
@@ -89,17 +93,21 @@ GOOD: dict[int, dict[str, Any]] = {
     },
     6: {
         "cells": [
-            {"completed": 3, "failed": 0, "cell": cell, "median_output_tokens": tokens, "answer_coverage": coverage}
+            {"completed": 3, "failed": 0, "cell": cell, "max_tokens": cap, "median_output_tokens": tokens}
+            | {"median_decode_ms": 70.0 * tokens, "answer_coverage": coverage}
             | QUIET
             | {"answers": ANSWERS}
-            for cell, tokens, coverage in (
-                ("normal", 160, 0.5),
-                ("brief", 90, 0.45),
-                ("cap", 32, 0.4),
-                ("brief_cap", 30, 0.4),
+            for cell, cap, tokens, coverage in (
+                ("normal", 160, 160, 0.5),
+                ("brief", 160, 20, 0.45),
+                ("cap_16", 16, 16, 0.2),
+                ("cap_32", 32, 32, 0.4),
+                ("cap_64", 64, 64, 0.4),
+                ("cap_128", 128, 128, 0.5),
             )
         ],
         "time_saved_pct": 70.0,
+        "enough_cap": 32,
     },
 }
 
@@ -126,7 +134,7 @@ def test_lab4_fails_when_ttft_does_not_rise_with_context() -> None:
 
 def _job(user: User, number: int, status: str = "done", results: dict[str, Any] | None = None) -> BenchJob:
     return BenchJob.objects.create(
-        owner=user, kind=LABS[number].job_kind, engine_url="http://e", status=status,
+        owner=user, kind=LABS[number].job_kind, engine_url="http://e", status=status, lab=number,
         results=GOOD[number] if results is None else results,
     )  # fmt: skip
 

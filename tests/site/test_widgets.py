@@ -65,6 +65,7 @@ def test_a_learner_with_a_finished_speed_probe_gets_their_speeds_and_an_enabled_
     BenchJob.objects.create(
         owner=user,
         kind="speed",
+        lab=1,  # a run made for Lab 1 (a /bench/ job does not count)
         status="done",
         engine_url=vllm_client.base_url(),  # the engine the page estimates for (the learner picked no other)
         results={"prefill_speed": 600.0, "decode_speed": 25.0, "cells": []},
@@ -86,6 +87,7 @@ def test_without_a_finished_speed_probe_the_button_is_disabled_and_points_to_lab
     BenchJob.objects.create(
         owner=someone_else,
         kind="speed",
+        lab=1,
         status="done",
         engine_url=vllm_client.base_url(),  # the same engine: only the owner decides
         results={"prefill_speed": 900.0, "decode_speed": 30.0, "cells": []},
@@ -101,7 +103,7 @@ def test_without_a_finished_speed_probe_the_button_is_disabled_and_points_to_lab
 def test_the_kv_stepper_holds_four_prompt_cells_then_three_answer_cells(chapter: None, client: Client) -> None:
     page = client.get("/chapter/kv-cache/").content.decode()
     cells = re.findall(
-        r'<li class="kv-cell (kv-prompt|kv-answer)" data-step="(\d)" hidden><span class="token">([^<]+)<', page
+        r'<li class="kv-cell (kv-prompt|kv-answer)" data-step="(\d)" hidden><span class="token" lang="ko">([^<]+)<', page
     )
     assert cells == [
         ("kv-prompt", "1", "연차"),

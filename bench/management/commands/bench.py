@@ -60,6 +60,20 @@ def settings_of(kind: registry.JobKind, options: dict[str, Any]) -> dict[str, An
     return raw
 
 
+def run_once(
+    kind: registry.JobKind, config: Any, *, base_url: str, reporter: Any | None = None
+) -> tuple[dict[str, Any], bool]:
+    """One job of ``kind`` against the engine at ``base_url`` (its served model), as this command runs it:
+    (results, cancelled). Raises ``vllm_client.EngineUnavailable`` when the engine does not answer."""
+
+    async def measure() -> tuple[dict[str, Any], bool]:
+        model = await vllm_client.engine_model(base_url)
+        shown = reporter or ProgressBar()
+        return await kinds.measure(kind.name, config, base_url=base_url, model=model, reporter=shown)
+
+    return asyncio.run(measure())
+
+
 class Command(BaseCommand):
     help = (
         "Run a benchmark job against vLLM (a registered job kind: Lab 1 speed ... Lab 6 short). "
@@ -84,13 +98,8 @@ class Command(BaseCommand):
         except OSError as exc:
             raise CommandError(str(exc)) from exc
         base = vllm_client.base_url()
-
-        async def measure() -> tuple[dict[str, Any], bool]:
-            model = await vllm_client.engine_model(base)
-            return await kinds.measure(kind.name, config, base_url=base, model=model, reporter=ProgressBar())
-
         try:
-            results, _cancelled = asyncio.run(measure())
+            results, _cancelled = run_once(kind, config, base_url=base)
         except vllm_client.EngineUnavailable as exc:
             raise CommandError(str(exc)) from exc
         sys.stderr.write("\n")

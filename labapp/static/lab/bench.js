@@ -1,17 +1,62 @@
-// Draws a job's charts (plotly.js from the installed package) and redraws them when htmx swaps the panel.
+// Draws a job's charts (plotly.js from the installed package) once, with their final layout,
+// and redraws them in place (Plotly.react) when htmx swaps the panel with new results.
+//
+// Why a swapped panel used to look garbled for a few seconds: htmx "settles" an element that
+// keeps its id (#job-chart) by first giving the new element the old one's attributes, then,
+// 20 ms later, its own. Plotly drew on htmx:afterSwap, inside that window, and marked the div
+// with the class "js-plotly-plot" that all of its CSS hangs on; the settle then put back
+// class="chart", so the toolbar icons stacked over the plot and the axis titles lost their
+// places until the next redraw. Now the drawn element itself is kept across the swap (it takes
+// the new, empty one's place before htmx settles) and only its data and layout change.
 (function () {
   "use strict";
+  const CONFIG = { displaylogo: false, displayModeBar: false, responsive: true };
+  let kept = new Map();  // id -> a drawn chart element from before the swap
+  const watcher = window.ResizeObserver
+    ? new ResizeObserver((entries) => {
+      entries.forEach((entry) => {
+        const chart = entry.target;
+        if (!window.Plotly || chart.offsetWidth === 0) return;
+        if (chart.dataset.drawn) window.Plotly.Plots.resize(chart);
+        else drawOne(chart);
+      });
+    })
+    : null;
+  function drawOne(target) {
+    const data = document.getElementById(target.dataset.figure);
+    if (!data) return;
+    const figure = JSON.parse(data.textContent);
+    const height = figure.layout && figure.layout.height;
+    if (height) {  // the box is exactly as tall as the chart: no blank band under it
+      target.style.height = `${height}px`;
+      target.style.minHeight = "0";
+    }
+    if (target.offsetWidth === 0) return;  // hidden: drawn when it is shown (the resize watcher)
+    window.Plotly.react(target, figure.data, figure.layout, CONFIG);
+    target.dataset.drawn = "true";
+  }
   function draw() {
     if (!window.Plotly) return;
     document.querySelectorAll(".chart[data-figure]").forEach((target) => {
-      const data = document.getElementById(target.dataset.figure);
-      if (!data) return;
-      const figure = JSON.parse(data.textContent);
-      window.Plotly.react(target, figure.data, figure.layout, { displaylogo: false, responsive: true });
-      target.dataset.drawn = "true";
+      const before = target.id && kept.get(target.id);
+      if (before && before !== target) {
+        before.dataset.figure = target.dataset.figure;
+        target.replaceWith(before);
+        target = before;
+      }
+      drawOne(target);
+      if (watcher && !target.dataset.watched) {
+        watcher.observe(target);
+        target.dataset.watched = "true";
+      }
     });
+    kept = new Map();
   }
   document.addEventListener("DOMContentLoaded", draw);
+  document.body.addEventListener("htmx:beforeSwap", () => {
+    kept = new Map();
+    document.querySelectorAll(".chart[data-drawn]").forEach((chart) => { if (chart.id) kept.set(chart.id, chart); });
+  });
   document.body.addEventListener("htmx:afterSwap", draw);
   draw();
 })();
@@ -26,11 +71,16 @@
   function show(switched) {
     form.querySelectorAll("[data-kinds]").forEach((input) => {
       const row = input.closest(".field");
-      if (row) row.hidden = !input.dataset.kinds.split(" ").includes(kind.value);
+      if (row) {
+        row.hidden = !input.dataset.kinds.split(" ").includes(kind.value);
+        row.style.display = row.hidden ? "none" : "";  // a display rule on .field would beat [hidden]
+      }
       const defaults = JSON.parse(input.dataset.defaults || "{}");
       if (!(kind.value in defaults)) return;
       if (input.tagName === "SELECT") {
         if (switched && !input.dataset.touched) input.value = defaults[kind.value];
+      } else if (input.type === "radio") {
+        if (switched && !input.dataset.touched) input.checked = input.value === defaults[kind.value];
       } else if (input.type !== "file") {
         input.placeholder = defaults[kind.value];
       }
@@ -38,6 +88,11 @@
   }
   form.querySelectorAll("select[data-defaults]").forEach((select) => {
     select.addEventListener("change", () => { select.dataset.touched = "true"; });
+  });
+  form.querySelectorAll("input[type=radio][data-defaults]").forEach((radio) => {
+    radio.addEventListener("change", () => {
+      form.querySelectorAll(`input[type=radio][name="${radio.name}"]`).forEach((r) => { r.dataset.touched = "true"; });
+    });
   });
   kind.addEventListener("change", () => show(true));
   show(false);

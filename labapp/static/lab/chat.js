@@ -1,5 +1,7 @@
 // The RAG chat: asks over a websocket, draws tokens as they arrive and the timing panel
 // live while an answer streams. Model output only ever goes through textContent.
+// The card: a split bar (retrieval | queue | prefill | decode) over one row of key numbers,
+// the engine that answered, and the rest behind "more" (vLLM's and the client's numbers side by side).
 (function () {
   "use strict";
   const L = JSON.parse(document.getElementById("chat-labels").textContent);
@@ -23,8 +25,26 @@
   const ms = (v) => (v === null || v === undefined ? "—" : num(v, v >= 100 ? 0 : 1) + " ms");
 
   function settingsSummary(s) {
-    return `top-k ${s.top_k} · chunk ${s.chunk_size} · ${L.relevance} ≥ ${s.threshold} · max_tokens ${s.max_tokens} · T ${s.temperature}` +
-      (s.brief ? " · brief" : "") + ` · ${s.collection}`;
+    return `top-k ${s.top_k} · ${L.settings_chunk} ${s.chunk_size} · ${L.relevance} ≥ ${s.threshold} · max_tokens ${s.max_tokens} · ${L.settings_temperature} ${s.temperature}` +
+      (s.brief ? ` · ${L.settings_brief}` : "") + ` · ${s.collection}`;
+  }
+
+  const PARTS = ["retrieval", "queue", "prefill", "decode"];
+  const has = (v) => v !== null && v !== undefined;
+  const count = (v) => (has(v) ? String(v) : "—");
+
+  // The card's stylesheet, for a page (the team demo) that draws answers without linking it.
+  (function ensureStyles() {
+    const script = document.currentScript;
+    if (!script || document.querySelector('link[href$="lab/chat.css"]')) return;
+    document.head.append(el("link", { rel: "stylesheet", href: script.src.replace(/chat\.js(\?.*)?$/, "chat.css") }));
+  })();
+
+  // One key number of the compact row: a label and a value (the value carries data-k).
+  function keyNumber(key, label, help) {
+    const item = el("div", { class: "kn kn-" + key, title: help || label });
+    item.append(el("dt", {}, label), el("dd", { "data-k": key }, "—"));
+    return item;
   }
 
   function card(question, settings) {
@@ -35,18 +55,30 @@
     const stop = el("button", { type: "button", class: "stop" }, L.stop);
     const again = el("button", { type: "button", class: "again", hidden: "" }, L.ask_again);
     actions.append(stop, again, el("span", { class: "status" }, L.retrieving));
-    const panel = el("section", { class: "panel" });
-    const bar = el("div", { class: "bar", role: "img" });
-    for (const part of ["retrieval", "queue", "prefill", "decode"]) {
-      bar.append(el("span", { class: "seg seg-" + part, title: L[part] }));
-    }
-    const legend = el("p", { class: "legend muted" });
-    for (const part of ["retrieval", "queue", "prefill", "decode"]) {
-      legend.append(el("span", { class: "key key-" + part }, L[part]));
-    }
-    panel.append(bar, legend, el("table", { class: "timing" }, null));
+    const panel = el("section", { class: "panel", "aria-label": L.panel });
+    const bar = el("div", { class: "bar", role: "img", "aria-label": L.bar_help });
+    for (const part of PARTS) bar.append(el("span", { class: "seg seg-" + part, title: L[part] }));
+    const keys = el("dl", { class: "keynums" });
+    keys.append(
+      keyNumber("retrieval", L.retrieval, L.retrieval_help),
+      keyNumber("queue", L.queue, L.queue_help),
+      keyNumber("prefill", L.prefill, L.prefill_help),
+      keyNumber("decode", L.decode, L.decode_help),
+      keyNumber("tpot", "TPOT", L.tpot),
+    );
+    const tokens = el("div", { class: "kn kn-tokens", title: L.tokens_help });
+    const tokenValue = el("dd");
+    tokenValue.append(el("span", { "data-k": "prompt_tokens" }, "—"), " → ", el("span", { "data-k": "output_tokens" }, "—"));
+    tokens.append(el("dt", {}, L.tokens_in_out), tokenValue);
+    keys.append(tokens, keyNumber("cached_tokens", L.cached_short, L.cached_tokens));
+    const engine = el("p", { class: "engine muted" });
+    engine.append(el("span", {}, L.engine + " "), el("span", { "data-k": "engine" }, "—"));
+    const more = el("details", { class: "more" });
+    const table = el("table", { class: "timing" });
+    more.append(el("summary", {}, L.more), table);
+    panel.append(bar, keys, engine, more);
     const sources = el("details", { class: "sources" });
-    sources.append(el("summary", {}, L.sources), el("ol"));
+    sources.append(el("summary", {}, L.sources), el("p", { class: "relevance-help muted" }, L.relevance_help), el("ol"));
     const prompt = el("details", { class: "prompt" });
     prompt.append(el("summary", {}, L.prompt), el("pre"));
     article.append(header, el("ul", { class: "notices" }), el("div", { class: "text" }), el("p", { class: "error", role: "alert" }),
@@ -70,49 +102,89 @@
     article.scrollIntoView({ block: "nearest" });
   }
 
-  function row(table, key, label, value, source) {
-    const tr = el("tr", { "data-row": key });
-    tr.append(el("th", {}, label), el("td", { "data-k": key }, value), el("td", { class: "src muted" }, source || ""));
+  // One row of the "more" table: what, then the vLLM-reported and the client-measured value
+  // side by side (one spanning cell when only one side exists); a row is never repeated.
+  function row(table, key, label, server, client, help) {
+    const tr = el("tr", { "data-row": key, title: help || "" });
+    tr.append(el("th", { scope: "row" }, label));
+    if (server === undefined) {
+      tr.append(el("td", { "data-k": key, colspan: "2" }, client));
+    } else {
+      tr.append(el("td", { "data-k": key + "_server" }, server), el("td", { "data-k": client.key }, client.value));
+    }
     table.append(tr);
+  }
+
+  // Which prefill the card shows: vLLM's own when it reported one, else the client's TTFT.
+  function prefillOf(t, x) {
+    const s = t.server || {}, c = t.client || {};
+    if (has(s.prefill_ms)) return { value: s.prefill_ms, label: L.prefill, basis: L.prefill_basis_server };
+    if (x.prefillMs !== undefined) return { value: x.prefillMs, label: L.prefill, basis: L.prefill_basis_client };
+    return { value: c.ttft_ms, label: "TTFT", basis: L.prefill_basis_client };
+  }
+
+  function decodeOf(t, x) {
+    const s = t.server || {}, c = t.client || {};
+    if (has(s.decode_ms)) return s.decode_ms;
+    return x.decodeMs !== undefined ? x.decodeMs : c.decode_ms;
+  }
+
+  function setKey(article, key, text, title) {
+    const node = article.querySelector(`.keynums [data-k="${key}"]`);
+    node.textContent = text;
+    if (title) node.parentElement.title = title;
   }
 
   // t: the saved/final timings; extra: live values while streaming.
   function drawPanel(article, t, extra) {
+    const x = extra || {};
+    const s = t.server || {}, tok = t.tokens || {};
+    const prefill = prefillOf(t, x);
+    setKey(article, "retrieval", ms(t.retrieval_ms));
+    setKey(article, "queue", has(s.queue_ms) ? ms(s.queue_ms) : (x.streaming ? "…" : "—"), has(s.queue_ms) ? L.queue_help : L.queue_none);
+    setKey(article, "prefill", x.ttftLive || ms(prefill.value), `${prefill.basis} — ${L.prefill_help}`);
+    article.querySelector(".kn-prefill dt").textContent = prefill.label;
+    setKey(article, "decode", x.decodeLive || ms(decodeOf(t, x)), has(s.decode_ms) ? `${L.server} — ${L.decode_help}` : `${L.client} — ${L.decode_help}`);
+    const tpot = x.tpotLive || (t.client && has(t.client.tpot_ms) ? `${num(t.client.tpot_ms)} ms/tok` : "—");
+    setKey(article, "tpot", tpot);
+    setKey(article, "prompt_tokens", count(tok.prompt));
+    setKey(article, "output_tokens", x.outputLive !== undefined ? x.outputLive : count(tok.output));
+    setKey(article, "cached_tokens", count(tok.cached));
+    const engine = t.engine || article._engine;
+    article.querySelector('.engine [data-k="engine"]').textContent = engine
+      ? (engine.name ? `${engine.name} · ${engine.url}` : engine.url) + (t.model ? ` · ${t.model}` : "") : "—";
+    drawMore(article, t, x);
+    drawBar(article, t, x, prefill.value);
+  }
+
+  function drawMore(article, t, x) {
     const table = article.querySelector("table.timing");
     table.textContent = "";
     const c = t.client || {}, s = t.server || {}, tok = t.tokens || {};
-    const x = extra || {};
-    row(table, "retrieval", L.retrieval, ms(t.retrieval_ms), t.embed_ms !== null && t.embed_ms !== undefined ? `embed ${ms(t.embed_ms)} + search ${ms(t.search_ms)}` : "");
-    row(table, "prep", L.prep, ms(t.prep_ms), "");
-    row(table, "queue", L.queue, ms(s.queue_ms), L.server);
-    row(table, "prefill_server", L.prefill, ms(s.prefill_ms), L.server);
-    row(table, "ttft", L.ttft, x.ttftLive || ms(c.ttft_ms), L.client);
-    row(table, "first_chunk", L.first_chunk, ms(c.first_chunk_ms), L.client);
-    row(table, "decode_server", L.decode, ms(s.decode_ms), L.server);
-    row(table, "decode_client", L.decode, x.decodeLive || ms(c.decode_ms), L.client);
-    row(table, "tpot", L.tpot, x.tpotLive || ms(c.tpot_ms), L.client);
-    row(table, "e2el", L.e2el, ms(c.e2el_ms), L.client);
-    const split = tok.instructions !== undefined && tok.instructions !== null
-      ? `${tok.instructions} / ${tok.context} / ${tok.question}` : "—";
-    row(table, "prompt_tokens", L.prompt_tokens, tok.prompt === undefined || tok.prompt === null ? "—" : tok.prompt, "");
-    row(table, "split", L.split, split, "");
-    row(table, "cached_tokens", L.cached_tokens, tok.cached === undefined || tok.cached === null ? "—" : tok.cached, L.server);
-    row(table, "output_tokens", L.output_tokens, x.outputLive !== undefined ? x.outputLive : (tok.output === undefined || tok.output === null ? "—" : tok.output), "");
-    row(table, "tokens_per_s", L.tokens_per_s, x.speedLive || num(t.decode_speed), L.client);
-    row(table, "finish_reason", L.finish_reason, t.finish_reason || "—", t.api ? L["api_" + t.api] : "");
+    const head = el("tr");
+    head.append(el("th"), el("th", { scope: "col" }, L.server), el("th", { scope: "col" }, L.client));
+    table.append(head);
+    row(table, "prefill", L.prefill_vs_ttft, ms(s.prefill_ms), { key: "ttft", value: x.ttftLive || ms(c.ttft_ms) }, L.prefill_help);
+    row(table, "decode", L.decode, ms(s.decode_ms), { key: "decode_client", value: x.decodeLive || ms(c.decode_ms) }, L.decode_help);
+    row(table, "first_chunk", L.first_chunk, undefined, ms(c.first_chunk_ms));
+    row(table, "e2el", L.e2el, undefined, ms(c.e2el_ms));
+    row(table, "tokens_per_s", L.tokens_per_s, undefined, x.speedLive || num(t.decode_speed));
+    row(table, "retrieval_split", L.retrieval_split, undefined,
+      has(t.embed_ms) ? `${L.embed} ${ms(t.embed_ms)} + ${L.search} ${ms(t.search_ms)}` : "—");
+    row(table, "prep", L.prep, undefined, ms(t.prep_ms));
+    row(table, "split", L.split, undefined, has(tok.instructions) ? `${tok.instructions} / ${tok.context} / ${tok.question}` : "—");
+    row(table, "finish_reason", L.finish_reason, undefined, (t.finish_reason || "—") + (t.api ? ` · ${L["api_" + t.api]}` : ""));
     const e = t.estimate;
-    row(table, "estimate", L.estimate,
-      e ? `${num(e.prefill_s, 2)} s + ${num(e.decode_s, 2)} s = ${num(e.total_s, 2)} s (${L.measured} ${num(e.measured_s, 2)} s)` : (x.streaming ? "…" : L.estimate_none),
-      e ? `${e.basis}: prefill ${num(e.prefill_speed, 0)} tok/s, decode ${num(e.decode_speed, 1)} tok/s` : "");
-    row(table, "websocket", L.websocket, ms(t.websocket_overhead_ms), L.websocket_help);
-    drawBar(article, t, x);
+    row(table, "estimate", L.estimate, undefined,
+      e ? `${num(e.prefill_s, 2)} s + ${num(e.decode_s, 2)} s = ${num(e.total_s, 2)} s (${L.measured} ${num(e.measured_s, 2)} s) — ` +
+        `${e.basis}: prefill ${num(e.prefill_speed, 0)} tok/s, decode ${num(e.decode_speed, 1)} tok/s`
+        : (x.streaming ? "…" : L.estimate_none));
+    row(table, "websocket", L.websocket, undefined, ms(t.websocket_overhead_ms), L.websocket_help);
   }
 
-  function drawBar(article, t, x) {
-    const c = t.client || {}, s = t.server || {};
-    const prefill = s.prefill_ms !== null && s.prefill_ms !== undefined ? s.prefill_ms : (x.prefillMs !== undefined ? x.prefillMs : c.ttft_ms);
-    const decode = s.decode_ms !== null && s.decode_ms !== undefined ? s.decode_ms : (x.decodeMs !== undefined ? x.decodeMs : c.decode_ms);
-    const parts = { retrieval: t.retrieval_ms || 0, queue: s.queue_ms || 0, prefill: prefill || 0, decode: decode || 0 };
+  function drawBar(article, t, x, prefill) {
+    const s = t.server || {};
+    const parts = { retrieval: t.retrieval_ms || 0, queue: s.queue_ms || 0, prefill: prefill || 0, decode: decodeOf(t, x) || 0 };
     const total = Object.values(parts).reduce((a, b) => a + b, 0) || 1;
     for (const [name, value] of Object.entries(parts)) {
       const seg = article.querySelector(".seg-" + name);
@@ -130,11 +202,11 @@
     for (const src of sources) {
       const li = el("li", { "data-chunk": src.id, class: src.in_prompt ? "" : "dropped" });
       const link = el("a", { href: `/passage/?collection=${encodeURIComponent(src.collection)}&id=${encodeURIComponent(src.id)}`, target: "_blank", rel: "noopener" }, src.title);
+      const relevance = el("span", { class: "relevance", title: L.relevance_help }, `${L.relevance} ${has(src.relevance) ? Math.round(src.relevance * 100) + "%" : "—"}`);
       const scores = el("span", { class: "scores muted" },
-        `#${src.rank} · ${L.relevance} ${num(src.relevance, 2)} · ${L.fused} ${num(src.fused, 4)} · ` +
-        `${L.dense} ${num(src.dense, 3)} (#${src.dense_rank || "—"}) · ${L.lexical} ${num(src.lexical, 2)} (#${src.lexical_rank || "—"}) · ` +
-        `${L.tokens} ${src.tokens === null || src.tokens === undefined ? "—" : src.tokens}` + (src.in_prompt ? "" : ` · ${L.not_in_prompt}`));
-      li.append(link, el("br"), scores, el("blockquote", {}, src.text.length > 280 ? src.text.slice(0, 280) + "…" : src.text));
+        ` · #${src.rank} · ${L.dense} ${num(src.dense, 2)} (#${src.dense_rank || "—"}) · ${L.lexical} ${num(src.lexical, 1)} (#${src.lexical_rank || "—"}) · ` +
+        `${L.fused} ${num(src.fused, 4)} · ${L.tokens} ${count(src.tokens)}` + (src.in_prompt ? "" : ` · ${L.not_in_prompt}`));
+      li.append(link, el("br"), relevance, scores, el("blockquote", {}, src.text.length > 280 ? src.text.slice(0, 280) + "…" : src.text));
       list.append(li);
     }
   }
@@ -224,6 +296,7 @@
     if (!st) return;
     if (m.type === "started") {
       st.article.dataset.answerId = m.answer_id;
+      st.article._engine = m.engine;
       if (!conversation) {
         conversation = m.conversation;
         if (!form.dataset.keepUrl) history.replaceState(null, "", `/chat/${conversation}/`);
@@ -242,6 +315,7 @@
       if (st.firstAt === null) {
         st.firstAt = performance.now();
         st.article.querySelector(".status").textContent = L.decoding;
+        if (m.ttft_ms !== undefined) st.timings.client = { ttft_ms: m.ttft_ms };
       }
       st.tokens = m.n || st.tokens + 1;
       st.article.querySelector(".text").append(document.createTextNode(m.text));

@@ -16,12 +16,14 @@
   socket.onmessage = (event) => {
     const message = JSON.parse(event.data);
     if (message.type === "pong") {
-      show(true, "ping → pong via " + message.via, performance.now() - message.sent);
+      show(true, state.dataset.pongText.replace("{via}", message.via), performance.now() - message.sent);
       setTimeout(() => socket.send(JSON.stringify({ type: "ping", sent: performance.now() })), 10000);
     } else {
-      show(false, message.error || "unexpected message", null);
+      show(false, message.error || state.dataset.unexpectedText, null);
     }
   };
-  socket.onerror = () => show(false, "websocket error", null);
-  socket.onclose = (event) => { if (row.dataset.ok !== "true") show(false, "closed (code " + event.code + ")", null); };
+  socket.onerror = () => show(false, state.dataset.errorText, null);
+  socket.onclose = (event) => {
+    if (row.dataset.ok !== "true") show(false, state.dataset.closedText.replace("{code}", String(event.code)), null);
+  };
 })();

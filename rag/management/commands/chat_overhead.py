@@ -8,20 +8,29 @@ instructions and chunks cached, the question itself not. With ``--cold`` the eng
 prefix cache is emptied (``POST /reset_prefix_cache``, the embedded engine's dev mode)
 before each request, so both prefill the whole prompt: the TTFT of a first question.
 
+Its questions are asked as a throwaway account of its own (made here, removed afterwards
+with its conversations), never as a learner: a tool's answers stay out of everyone's
+history. ``--cookie`` asks as that session's account instead (a lab on another database).
+
     python manage.py chat_overhead --web http://127.0.0.1:8000 --runs 10 [--cold]
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import statistics
 import time
 import uuid
+from collections.abc import Iterator
+from importlib import import_module
 from typing import Any
 
 import httpx
 import websockets
+from django.conf import settings
+from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from websockets.exceptions import WebSocketException
 from websockets.typing import Origin
@@ -29,6 +38,7 @@ from websockets.typing import Origin
 from rag.vllm import client as vllm_client
 
 QUESTION = "프리필과 디코드는 어떻게 다른가요?"
+TOOL_USER_PREFIX = "tool-chat-overhead-"
 
 
 class Command(BaseCommand):
@@ -48,14 +58,20 @@ class Command(BaseCommand):
         parser.add_argument(
             "--cold", action="store_true", help="empty vLLM's prefix cache before every request (whole-prompt prefill)"
         )
-        parser.add_argument("--cookie", default="", help="a signed-in session cookie (class mode)")
+        parser.add_argument(
+            "--cookie",
+            default="",
+            help="ask as this signed-in session (its answers go into that account's history); "
+            "default: a throwaway account of this command's, removed afterwards",
+        )
         parser.add_argument("--json", action="store_true", help="print the summary as JSON")
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["runs"] < 1:
             raise CommandError("--runs must be at least 1")
         try:
-            summary = asyncio.run(measure(options))
+            with tool_session(options["cookie"]) as cookie:
+                summary = asyncio.run(measure(options | {"cookie": cookie}))
         except (OSError, httpx.HTTPError, WebSocketException) as exc:
             raise CommandError(f"could not reach the lab at {options['web']}: {exc}") from exc
         if options["json"]:
@@ -81,16 +97,26 @@ class Command(BaseCommand):
         self.stdout.write(f"ratio chat/direct TTFT: {summary['ratio']:.3f}")
 
 
-async def _cookie(web: str, given: str) -> str:
+@contextlib.contextmanager
+def tool_session(given: str = "") -> Iterator[str]:
+    """The session cookie the command asks with: ``given``, else a throwaway account's, which is
+    removed on the way out with everything it owns (its conversations and answers)."""
     if given:
-        return given if "=" in given else f"sessionid={given}"
-    async with httpx.AsyncClient(timeout=30) as http:
-        response = await http.get(f"{web}/chat/")
-        response.raise_for_status()
-        session = response.cookies.get("sessionid")
-        if not session:
-            raise CommandError("the lab did not sign this client in (class mode? pass --cookie)")
-        return f"sessionid={session}"
+        yield given if "=" in given else f"{settings.SESSION_COOKIE_NAME}={given}"
+        return
+    user = get_user_model().objects.create(username=TOOL_USER_PREFIX + uuid.uuid4().hex[:12])
+    user.set_unusable_password()
+    user.save(update_fields=["password"])
+    store = import_module(settings.SESSION_ENGINE).SessionStore()
+    store[SESSION_KEY] = str(user.pk)
+    store[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+    store[HASH_SESSION_KEY] = user.get_session_auth_hash()
+    store.create()
+    try:
+        yield f"{settings.SESSION_COOKIE_NAME}={store.session_key}"
+    finally:
+        store.delete()
+        user.delete()
 
 
 async def _quiet(options: dict[str, Any], engine: httpx.AsyncClient) -> None:
@@ -105,10 +131,10 @@ async def _quiet(options: dict[str, Any], engine: httpx.AsyncClient) -> None:
 async def _chat(
     socket: Any, ask_id: str, question: str, options: dict[str, Any], engine: httpx.AsyncClient
 ) -> tuple[float, dict[str, Any]]:
-    settings = {"top_k": options["top_k"], "max_tokens": options["max_tokens"], "temperature": 0}
+    ask_settings = {"top_k": options["top_k"], "max_tokens": options["max_tokens"], "temperature": 0}
     await _quiet(options, engine)
     sent = time.perf_counter()
-    await socket.send(json.dumps({"type": "ask", "id": ask_id, "question": question, "settings": settings}))
+    await socket.send(json.dumps({"type": "ask", "id": ask_id, "question": question, "settings": ask_settings}))
     first: float | None = None
     while True:
         frame = json.loads(await asyncio.wait_for(socket.recv(), 300))
@@ -127,7 +153,7 @@ async def _chat(
 
 async def measure(options: dict[str, Any]) -> dict[str, Any]:
     web = options["web"].rstrip("/")
-    cookie = await _cookie(web, options["cookie"])
+    cookie = options["cookie"]
     url = web.replace("http://", "ws://").replace("https://", "wss://") + "/ws/chat/"
     model = await asyncio.to_thread(vllm_client.model_name)
     rows: list[dict[str, float]] = []

@@ -1,0 +1,201 @@
+"""Predict, then measure; bookkeeping that matches what happened; the lab page's run card. One test per rule."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from django.utils import timezone
+
+from bench import engines
+from bench.kinds.checks import Check
+from bench.models import BenchJob
+from labapp.labs import predict
+from labapp.labs import selectors as lab_selectors
+from labapp.labs import services as lab_services
+from labapp.labs.catalog import LABS, Lab, Status, state_for
+from labapp.models import Assignment, Classroom, LabSubmission, Membership
+from tests.site.test_labs import GOOD
+
+ENGINE = "http://e"
+
+
+def _job(user: User, number: int, results: dict[str, Any] | None = None, **extra: Any) -> BenchJob:
+    fields: dict[str, Any] = {"status": "done", "lab": number, "engine_url": ENGINE} | extra
+    return BenchJob.objects.create(
+        owner=user, kind=LABS[number].job_kind, results=GOOD[number] if results is None else results, **fields
+    )
+
+
+@pytest.fixture
+def learner(db: None, monkeypatch: pytest.MonkeyPatch, settings: Any) -> User:
+    settings.LAB_MODE = "class"
+    monkeypatch.setattr(engines, "chosen_url", lambda session: ENGINE)
+    return User.objects.create(username="p1")
+
+
+def _client(user: User) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def _fake_create(monkeypatch: pytest.MonkeyPatch, user: User) -> list[dict[str, Any]]:
+    from bench import services
+
+    made: list[dict[str, Any]] = []
+
+    def job_create(**kw: Any) -> BenchJob:
+        made.append(kw)
+        return _job(user, 1, {}, status="queued", prediction=kw.get("prediction"))
+
+    monkeypatch.setattr(services, "job_create", job_create)
+    return made
+
+
+def test_the_run_form_saves_the_prediction_and_the_lab_with_the_run(
+    learner: User, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made = _fake_create(monkeypatch, learner)
+    assert _client(learner).post("/labs/1/run/", {"prediction": "5.2"}).status_code == 302
+    assert made[0]["lab"] == 1 and made[0]["prediction"]["value"] == 5.2 and made[0]["prediction"]["unit"] == "s"
+    assert "800/100" in made[0]["prediction"]["what"] and made[0]["prediction"]["made_at"]
+    assert _client(learner).post("/labs/1/run/", {"prediction": ""}).status_code == 302
+    assert made[1]["lab"] == 1 and made[1]["prediction"] is None  # optional
+
+
+def test_a_bad_prediction_starts_nothing_and_keeps_what_was_typed(
+    learner: User, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    made = _fake_create(monkeypatch, learner)
+    page = _client(learner).post("/labs/1/run/", {"prediction": "빠름"}, follow=True).content.decode()
+    assert not made and "숫자로 적어 주세요" in page and 'value="빠름"' in page
+    page = _client(learner).post("/labs/1/run/", {"prediction": "-3"}, follow=True).content.decode()
+    assert not made and "사이의 수여야 합니다" in page
+
+
+def test_a_jobs_prediction_is_compared_with_what_that_job_measured(learner: User) -> None:
+    job = _job(learner, 1, prediction={"value": 5.0, "unit": "s", "what": "800/100", "made_at": "x"})
+    found = predict.compare(job)
+    assert found is not None and found.measured == 4.0 and found.error == 1.0 and found.error_pct == 25.0
+    page = _client(learner).get("/labs/1/").content.decode()
+    assert 'data-predicted="5.0"' in page and "+1 s (+25.0%)" in page
+
+
+def test_the_prediction_is_prefilled_with_the_estimate_from_the_learners_speeds(learner: User) -> None:
+    page = _client(learner).get("/labs/1/").content.decode()
+    assert 'name="prediction" value=""' in page  # no speeds yet: the chapter's example shown, nothing filled
+    assert "800 ÷ 1000 + 100 ÷ 50 = 0.8 + 2 = 2.8 s" in page
+    _job(learner, 1)  # prefill 600 tok/s, decode 25 tok/s
+    page = _client(learner).get("/labs/1/").content.decode()
+    assert 'name="prediction" value="5.33"' in page and "800 ÷ 600 + 100 ÷ 25 = 1.33 + 4 = 5.33 s" in page
+    assert "(5 × 1000 + 200) ÷ 600 tok/s ≈ 8667 ms" in _client(learner).get("/labs/4/").content.decode()
+
+
+def test_a_hand_in_shows_its_own_jobs_checks_not_a_later_runs(learner: User) -> None:
+    handed = _job(learner, 1, GOOD[1] | {"check": {"estimate_s": 6.0, "measured_s": 4.0, "error_pct": 50.0}})
+    lab_services.lab_submit(user=learner, number=1, reflection="추정이 빗나갔습니다")
+    later = _job(learner, 1)  # passes every check
+    submission = LabSubmission.objects.get()
+    assert submission.job == handed and not submission.passed
+    state = state_for(learner.pk, 1)
+    assert state.shown_job == handed and state.checked_job == later and state.newer_run
+    assert [c.passed for c in state.shown_checks].count(False) == 1 and all(c.passed for c in state.checks)
+    row = _client(learner).get("/labs/").content.decode().split('data-lab="1"')[1].split("</tr>")[0]
+    assert "✗" in row and f"#{handed.pk}" in row and f"#{later.pk}" not in row
+    page = _client(learner).get("/labs/1/").content.decode()
+    results, handed_in = page.split('id="lab-results"')[1].split('id="lab-submit"')
+    assert f'data-job="{later.pk}"' in results and f'data-job="{handed.pk}"' not in results
+    assert f'data-job="{handed.pk}"' in handed_in and 'id="newer-run"' in handed_in
+
+
+def test_a_lab_passes_only_from_runs_made_for_it(learner: User) -> None:
+    _job(learner, 3, lab=None)  # a /bench/ job of the same kind, with passing results
+    assert state_for(learner.pk, 3).status == Status.NOT_STARTED
+    _job(learner, 3)
+    assert state_for(learner.pk, 3).status == Status.PASSED
+
+
+@pytest.mark.django_db
+def test_the_data_migration_marks_only_the_jobs_hand_ins_name() -> None:
+    from importlib import import_module
+
+    from django.apps import apps
+
+    migration = import_module("labapp.migrations.0005_lab_jobs_from_hand_ins")
+    user = User.objects.create(username="old")
+    named, other = _job(user, 4, lab=None), _job(user, 4, lab=None)
+    LabSubmission.objects.create(user=user, lab=4, job=named, reflection="r", submitted_at=timezone.now())
+    migration.mark_handed_in_jobs(apps, None)
+    named.refresh_from_db()
+    other.refresh_from_db()
+    assert named.lab == 4 and other.lab is None
+
+
+def test_the_gradebook_shows_each_learners_prediction_error(learner: User) -> None:
+    teacher = User.objects.create(username="t1")
+    room = Classroom.objects.create(name="예측반", join_code="P1")
+    Membership.objects.create(classroom=room, user=teacher, role="instructor")
+    Membership.objects.create(classroom=room, user=learner)
+    _job(learner, 1, prediction={"value": 3.0, "unit": "s", "what": "", "made_at": "x"})
+    page = _client(teacher).get(f"/classes/{room.pk}/results/").content.decode()
+    assert 'data-prediction-error="-25.0"' in page and "-25.0%" in page
+    csv_text = _client(teacher).get(f"/classes/{room.pk}/results.csv").content.decode("utf-8-sig")
+    assert "lab1 prediction error %" in csv_text and "-25.0" in csv_text
+
+
+def test_the_run_time_comes_from_my_runs_then_everyones_then_the_estimator(learner: User) -> None:
+    settings = lab_services.run_settings(1)
+    assert lab_selectors.run_time(learner, 1, ENGINE, None, settings).seconds is None
+    speeds = type("S", (), {"prefill": 1000.0, "decode": 50.0})()
+    estimated = lab_selectors.run_time(learner, 1, ENGINE, speeds, settings)
+    one_round = 0.1 + 1 + 1.5 + 1 + 0.1 + 10 + 0.8 + 2  # each shape's prefill + decode at those speeds
+    assert estimated.seconds == pytest.approx(one_round * settings.repeats) and "추정기" in estimated.basis
+    start = timezone.now() - timedelta(hours=1)
+    other = User.objects.create(username="p2")
+    _job(other, 1, lab=None, started_at=start, finished_at=start + timedelta(seconds=90))
+    assert lab_selectors.run_time(learner, 1, ENGINE, speeds, settings).seconds == 90
+    _job(learner, 1, started_at=start, finished_at=start + timedelta(seconds=30))
+    mine = lab_selectors.run_time(learner, 1, ENGINE, speeds, settings)
+    assert mine.seconds == 30 and "내가" in mine.basis
+    assert lab_selectors.run_time(learner, 1, "http://elsewhere", None, settings).seconds is None
+    page = _client(learner).get("/labs/1/").content.decode()
+    assert page.index('id="run-lab"') < page.index('id="lab-results"') and 'data-seconds="30.0"' in page
+
+
+def test_a_failed_checks_advice_is_shown_with_a_run_again_button(
+    learner: User, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    failing = [Check("조용한 엔진", False, "다른 요청 2개", "다른 사람이 없을 때 다시 실행하세요")]
+    monkeypatch.setattr(Lab, "checks", lambda self, results, config: failing)
+    _job(learner, 1)
+    page = _client(learner).get("/labs/1/").content.decode()
+    assert "다른 사람이 없을 때 다시 실행하세요" in page and 'id="rerun-lab"' in page
+
+
+def test_class_times_carry_their_time_zone_and_the_lab_list_marks_assigned_and_overdue(learner: User) -> None:
+    room = Classroom.objects.create(name="서울반", join_code="S1")
+    Membership.objects.create(classroom=room, user=learner)
+    now = timezone.now()
+    Assignment.objects.create(classroom=room, lab=2, opens_at=now - timedelta(days=2), due_at=now - timedelta(days=1))
+    Assignment.objects.create(classroom=room, lab=5, opens_at=now - timedelta(days=2), due_at=now + timedelta(days=1))
+    listing = _client(learner).get("/labs/").content.decode()
+    lab2 = listing.split('data-lab="2"')[1].split("</tr>")[0]
+    lab5 = listing.split('data-lab="5"')[1].split("</tr>")[0]
+    assert "서울반" in lab2 and "KST" in lab2 and 'data-overdue="true"' in lab2
+    assert "서울반" in lab5 and 'data-overdue="true"' not in lab5 and "Asia/Seoul" in listing
+    assert "KST" in _client(learner).get("/labs/2/").content.decode().split('id="lab-dates"')[1][:60]
+    assert "KST" in _client(learner).get("/classes/").content.decode()
+
+
+def test_an_empty_class_chart_says_so(learner: User) -> None:
+    teacher = User.objects.create(username="t2")
+    room = Classroom.objects.create(name="빈반", join_code="E1")
+    Membership.objects.create(classroom=room, user=teacher, role="instructor")
+    Membership.objects.create(classroom=room, user=learner)
+    _job(learner, 1)
+    page = _client(teacher).get(f"/classes/{room.pk}/results/").content.decode()
+    assert 'id="class-speeds-data"' in page and "아직 끝난 실행이 없습니다" in page
