@@ -45,7 +45,7 @@ LONG_QUESTION = "KV 캐시가 무엇인지 아주 길고 자세하게 설명해 
 QUESTION = "프리필과 디코드는 어떻게 다른가요?"
 # Four requests; the last decodes 600 tokens, so the job is still running when the engine dies.
 LONG_SWEEP = {"input_lengths": "64, 128", "fixed_output": 8, "output_lengths": "8, 600", "fixed_input": 64}
-SHORT_SWEEP = {"input_lengths": "32", "fixed_output": 4, "output_lengths": "4", "fixed_input": 32}
+SHORT_SWEEP = {"repeats": 1, "input_lengths": "32", "fixed_output": 4, "output_lengths": "4", "fixed_input": 32}
 
 
 @pytest.fixture(scope="module")

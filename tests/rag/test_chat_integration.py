@@ -72,18 +72,24 @@ def test_a_real_answer_streams_token_by_token_with_a_consistent_timing_panel(cha
     tokens = [i for i, f in enumerate(frames) if f["type"] == "token"]
     assert len(tokens) >= 2, "tokens must arrive one by one"
     assert arrivals[tokens[-1]] - arrivals[tokens[0]] > 0.01, "tokens arrived in one burst"
-    assert "".join(frames[i]["text"] for i in tokens) == answer["text"]
     t = answer["timings"]
     c, s, tok = t["client"], t["server"], t["tokens"]
+    streamed = "".join(frames[i]["text"] for i in tokens)
+    assert t["finish_reason"] in ("length", "stop", "repeat")
+    if t["finish_reason"] == "repeat":
+        # The base model looped: the guard closed the stream (vLLM aborted the request, so it
+        # reports no per-request times) and the saved answer is the streamed text without the repeat.
+        assert streamed.startswith(answer["text"]) and len(streamed) > len(answer["text"])
+    else:
+        assert streamed == answer["text"]
+        assert s["queue_ms"] is not None and s["prefill_ms"] > 0 and s["decode_ms"] is not None
+        assert s["prefill_ms"] <= c["ttft_ms"] + 1  # the server's prefill ends before our client sees the token
     assert t["retrieval_ms"] > 0 and t["api"] == "completions"
     assert 0 < c["ttft_ms"] < c["e2el_ms"] and c["decode_ms"] == pytest.approx(c["e2el_ms"] - c["ttft_ms"], abs=0.2)
     assert c["first_chunk_ms"] <= c["ttft_ms"]
-    assert s["queue_ms"] is not None and s["prefill_ms"] > 0 and s["decode_ms"] is not None
-    assert s["prefill_ms"] <= c["ttft_ms"] + 1  # the server's prefill ends before our client sees the token
     assert tok["prompt"] > 0 and tok["output"] >= len(tokens)  # a token may end mid-character: no text yet
     assert tok["instructions"] + tok["context"] + tok["question"] == tok["prompt"]
     assert tok["context"] > 0 and tok["cached"] is not None
-    assert t["finish_reason"] in ("length", "stop")
     assert answer["sources"] and all(src["tokens"] > 0 for src in answer["sources"])
     assert "질문: " + QUESTION in answer["prompt"]
     # Saved and reopened: the conversation page carries the same numbers.
@@ -165,14 +171,14 @@ def test_the_overhead_benchmark_compares_the_chat_with_direct_vllm(chat: dict[st
     from django.core.management import call_command
 
     out = StringIO()
-    call_command("chat_overhead", web=chat["web"], runs=2, json=True, stdout=out)
+    call_command("chat_overhead", web=chat["web"], cookie=chat["cookie"], runs=2, json=True, stdout=out)
     summary = json.loads(out.getvalue())
     assert summary["runs"] == 2 and len(summary["rows"]) == 2
     assert summary["direct_ttft_ms"] > 0 and summary["chat_ttft_ms"] > 0
     assert summary["chat_ttft_ms"] >= summary["chat_client_ttft_ms"]
     assert summary["ratio"] == pytest.approx(summary["chat_ttft_ms"] / summary["direct_ttft_ms"], rel=0.01)
     cold_out = StringIO()
-    call_command("chat_overhead", web=chat["web"], runs=2, cold=True, json=True, stdout=cold_out)
+    call_command("chat_overhead", web=chat["web"], cookie=chat["cookie"], runs=2, cold=True, json=True, stdout=cold_out)
     cold = json.loads(cold_out.getvalue())
     assert cold["cold"] and cold["runs"] == 2
     assert cold["direct_ttft_ms"] > summary["direct_ttft_ms"]  # the whole prompt prefilled, not only the question

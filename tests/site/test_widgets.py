@@ -103,7 +103,9 @@ def test_without_a_finished_speed_probe_the_button_is_disabled_and_points_to_lab
 def test_the_kv_stepper_holds_four_prompt_cells_then_three_answer_cells(chapter: None, client: Client) -> None:
     page = client.get("/chapter/kv-cache/").content.decode()
     cells = re.findall(
-        r'<li class="kv-cell (kv-prompt|kv-answer)" data-step="(\d)" hidden><span class="token" lang="ko">([^<]+)<', page
+        r'<li class="kv-cell (kv-prompt|kv-answer)" data-step="(\d)" hidden>'
+        r'<span class="token" lang="ko">([^<]+)<',
+        page,
     )
     assert cells == [
         ("kv-prompt", "1", "연차"),

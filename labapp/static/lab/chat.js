@@ -33,13 +33,6 @@
   const has = (v) => v !== null && v !== undefined;
   const count = (v) => (has(v) ? String(v) : "—");
 
-  // The card's stylesheet, for a page (the team demo) that draws answers without linking it.
-  (function ensureStyles() {
-    const script = document.currentScript;
-    if (!script || document.querySelector('link[href$="lab/chat.css"]')) return;
-    document.head.append(el("link", { rel: "stylesheet", href: script.src.replace(/chat\.js(\?.*)?$/, "chat.css") }));
-  })();
-
   // One key number of the compact row: a label and a value (the value carries data-k).
   function keyNumber(key, label, help) {
     const item = el("div", { class: "kn kn-" + key, title: help || label });
