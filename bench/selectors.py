@@ -43,6 +43,7 @@ def speed_probe_speeds(user: AbstractBaseUser, engine_url: str) -> Speeds | None
                 decode=float(results["decode_speed"]),
                 basis=_("실습 1 속도 측정 #%(id)d에서 잰 내 속도") % {"id": probe["pk"]},
                 samples=len(results.get("cells", [])),
+                basis_job=int(probe["pk"]),
             )
     return None
 

@@ -35,6 +35,7 @@ class Speeds:
     decode: float  # tokens per second after the first
     basis: str  # where the speeds come from, shown next to the prediction
     samples: int
+    basis_job: int | None = None  # the Lab 1 run they come from (the page words it in the reader's language)
 
 
 @dataclass(frozen=True)
@@ -319,6 +320,7 @@ def estimate(record: RequestRecord, speeds: Speeds | None) -> dict[str, Any] | N
         "prefill_speed": round(speeds.prefill, 1),
         "decode_speed": round(speeds.decode, 1),
         "basis": speeds.basis,
+        "basis_job": speeds.basis_job,
         "samples": speeds.samples,
         "uncached_prompt_tokens": uncached,
     }

@@ -15,6 +15,7 @@ from typing import Any
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from bench.kinds import registry
 from rag.estimator import gen_seconds
 
 Results = dict[str, Any]
@@ -198,5 +199,7 @@ def compare(job: Any) -> Comparison | None:
     if value is None:
         return None
     measured = TARGETS[number].measured(job.results or {}) if job.status == "done" else None
-    what = str(prediction.get("what") or "")
+    kind = registry.for_lab(number)
+    config = kind.saved_config(job.config or {}) if kind is not None else None
+    what = TARGETS[number].what(config) if config is not None else str(prediction.get("what") or "")  # reader's words
     return Comparison(what, str(prediction.get("unit") or TARGETS[number].unit), value, measured)

@@ -166,11 +166,13 @@
       has(t.embed_ms) ? `${L.embed} ${ms(t.embed_ms)} + ${L.search} ${ms(t.search_ms)}` : "—");
     row(table, "prep", L.prep, undefined, ms(t.prep_ms));
     row(table, "split", L.split, undefined, has(tok.instructions) ? `${tok.instructions} / ${tok.context} / ${tok.question}` : "—");
-    row(table, "finish_reason", L.finish_reason, undefined, (t.finish_reason || "—") + (t.api ? ` · ${L["api_" + t.api]}` : ""));
+    const reason = t.finish_reason ? L["finish_" + t.finish_reason] || t.finish_reason : "—";
+    row(table, "finish_reason", L.finish_reason, undefined, reason + (t.api ? ` · ${L["api_" + t.api]}` : ""));
     const e = t.estimate;
     row(table, "estimate", L.estimate, undefined,
       e ? `${num(e.prefill_s, 2)} s + ${num(e.decode_s, 2)} s = ${num(e.total_s, 2)} s (${L.measured} ${num(e.measured_s, 2)} s) — ` +
-        `${e.basis}: prefill ${num(e.prefill_speed, 0)} tok/s, decode ${num(e.decode_speed, 1)} tok/s`
+        `${has(e.basis_job) ? L.basis_lab1.replace("{id}", e.basis_job) : e.basis}: ` +
+        `${L.prefill} ${num(e.prefill_speed, 0)} tok/s, ${L.decode} ${num(e.decode_speed, 1)} tok/s`
         : (x.streaming ? "…" : L.estimate_none));
     row(table, "websocket", L.websocket, undefined, ms(t.websocket_overhead_ms), L.websocket_help);
   }

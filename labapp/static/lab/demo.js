@@ -68,7 +68,7 @@
     const bigTraces = (traces) => traces.map((t) => Object.assign({}, t, {
       line: Object.assign({}, t.line, { width: 5 }), marker: Object.assign({}, t.marker, { size: 14 }),
     }));
-    const draw = () => window.Plotly.react(chart, bigTraces(figure.data), bigLayout(figure.layout), { displaylogo: false, responsive: true });
+    const draw = () => window.Plotly.react(chart, bigTraces(figure.data), bigLayout(figure.layout), { displaylogo: false, displayModeBar: false, responsive: true });
     window.addEventListener("resize", () => { if (figure && window.Plotly) draw(); });
     async function poll() {
       const response = await fetch(`/demo/sweep/${progress.dataset.job}.json`, { headers: { Accept: "application/json" } });
