@@ -140,6 +140,7 @@ def _run_lab(page: object, site: str, number: int) -> None:
     raise AssertionError(f"lab {number} did not finish: " + page.locator("#lab-run").inner_text())  # type: ignore[attr-defined]
 
 
+@pytest.mark.timeout(1800)  # two default lab runs on the real engine: about 8 min on 2 cores
 def test_an_instructor_assigns_a_learner_does_labs_1_and_4_and_the_gradebook_shows_them(
     class_site: str, browser: object
 ) -> None:

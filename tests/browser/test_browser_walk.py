@@ -126,6 +126,7 @@ def _pages(site: str, chat: str, demo: str, compare: str) -> Iterator[tuple[str,
     yield "compare", compare
 
 
+@pytest.mark.timeout(1800)  # three default lab runs on the real engine: about 11 min on 2 cores
 def test_a_learner_predicts_runs_labs_1_4_6_asks_demos_compares_and_every_page_reads_in_its_language(
     full_stack: str, chapter_indexed: None, browser: object
 ) -> None:
