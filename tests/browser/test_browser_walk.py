@@ -32,6 +32,9 @@ CONTENT = (
     ".sources blockquote",
     "details.prompt pre",
     ".notices",
+    # The engine that answered, by its name as saved with the answer: an admin's name for a
+    # registered engine, or the configured one's in the language the question was asked in.
+    ".engine [data-k=engine]",
     "code",
     "pre",
 )
