@@ -6,6 +6,7 @@ inherit, so every process of a test run agrees on where everything is.
 """
 
 import os
+import random
 import socket
 import tempfile
 from pathlib import Path
@@ -13,10 +14,38 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+_handed_out: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A free port below the kernel's ephemeral range.
+
+    A port taken from the ephemeral range (``bind(0)``) can be handed to an outgoing
+    connection, or to vLLM's own ``bind(0)`` for its ZMQ sockets, before the service meant
+    for it starts: a CI run once failed with "redis: port 40771 is already in use".
+    Ports below that range are only ever taken by a listener that asks for one.
+    """
+    low = max(_ephemeral_low(), 12000)
+    rng = random.Random()
+    for _ in range(500):
+        port = rng.randrange(10000, low)
+        if port in _handed_out:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise RuntimeError("no free port below the ephemeral range")
 
 
 if "LAB_TEST_DATA_DIR" not in os.environ:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import csv
 import io
 import os
-import socket
 import ssl
 import subprocess
 import sys
@@ -25,6 +24,7 @@ import pytest
 
 from labapp.ops.stack.components import DAPHNE_FLAGS
 from tests import harness
+from tests.settings import free_port
 from tests.tls_proxy import TlsProxy, self_signed
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser]
@@ -50,12 +50,6 @@ Membership.objects.create(classroom=staff_room, user=teacher, role=Membership.Ro
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def class_site(full_stack: str, chapter_indexed: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A second web server on the same database, Redis and engine, with a class server's real settings.
@@ -67,7 +61,7 @@ def class_site(full_stack: str, chapter_indexed: None, tmp_path_factory: pytest.
     Django trusts through SECURE_PROXY_SSL_HEADER; CSRF_TRUSTED_ORIGINS names the proxy's
     origin as README's Configuration says for a proxy (the websockets check it too).
     """
-    port = _free_port()
+    port = free_port()
     certificate = self_signed(tmp_path_factory.mktemp("tls"))
     trusting = ssl.create_default_context(cafile=str(certificate[0]))
     proxy = TlsProxy(("127.0.0.1", port), certificate)
