@@ -40,6 +40,17 @@ def cells(results: dict[str, Any]) -> list[dict[str, Any]]:
     return [c for c in results.get("cells", []) if c.get("completed")]
 
 
+def interval_bars(shown: list[dict[str, Any]], key: str) -> dict[str, Any] | None:
+    """Error bars for the cells' ``median_<name>_ms`` from their 95 % intervals (``ci_<name>_ms``); None
+    for another key or when no cell has an interval."""
+    from bench import stats
+
+    if not key.startswith("median_"):
+        return None
+    ci_key = "ci_" + key.removeprefix("median_")
+    return stats.error_bars([c.get(key) for c in shown], [c.get(ci_key) for c in shown])
+
+
 def series_name(run: str, series: str, runs: Runs) -> str:
     """A legend entry: the series, after the job's name when several jobs are drawn together."""
     return f"{run} {series}" if len(runs) > 1 else series
@@ -57,7 +68,8 @@ def bars(
         cases = [(names or {}).get(c["cell"], c["cell"]) for c in shown]
         for column, series in enumerate(panels, start=1):
             for key, label in series:
-                bar = go.Bar(x=cases, y=[c.get(key) for c in shown], name=series_name(run, label, runs))
+                values = [c.get(key) for c in shown]
+                bar = go.Bar(x=cases, y=values, name=series_name(run, label, runs), error_y=interval_bars(shown, key))
                 fig.add_trace(bar, 1, column)
     fig.update_layout(barmode="group")
     return done(fig)
@@ -73,14 +85,7 @@ PHASE_LABELS = {
 }
 
 
-def timeline(results: dict[str, Any]) -> dict[str, Any] | None:
-    """Every request as a bar from its send time: client queue | server queue | prefill | decode."""
-    import plotly.graph_objects as go
-
-    rows = [r for c in results.get("cells", []) for r in c.get("requests", []) if r.get("t_send")]
-    if not rows:
-        return None
-    start = min(r.get("t_scheduled") or r["t_send"] for r in rows)
+def _phase_spans(rows: list[dict[str, Any]], start: float) -> dict[str, list[tuple[int, float, float]]]:
     parts: dict[str, list[tuple[int, float, float]]] = {name: [] for name in PHASES}
     for index, r in enumerate(rows):
         sent = r["t_send"] - start
@@ -91,25 +96,138 @@ def timeline(results: dict[str, Any]) -> dict[str, Any] | None:
         parts["server queue"].append((index, sent, server_queue))
         parts["prefill"].append((index, sent + server_queue, ttft - server_queue))
         parts["decode"].append((index, sent + ttft, r.get("decode_time") or 0.0))
-    fig = go.Figure()
-    for name, spans in parts.items():
-        fig.add_trace(
-            go.Bar(
-                y=[i for i, _start, _length in spans],
-                base=[b for _index, b, _length in spans],
-                x=[d for _index, _start, d in spans],
-                orientation="h",
-                name=str(PHASE_LABELS[name]),
-            )
+    return parts
+
+
+def engine_samples(results: dict[str, Any]) -> dict[str, list[float]] | None:
+    """Every cell's /metrics samples as one timeline (``server_metrics.TIMELINE_SERIES``); None without two."""
+    from rag.vllm import server_metrics
+
+    found = [t for c in results.get("cells", []) if (t := (c.get("server") or {}).get("timeline")) and t.get("t")]
+    if not found:
+        return None
+    joined = server_metrics.joined(found)
+    return joined if len(joined["t"]) >= 2 else None
+
+
+GAP_S = 1.5  # samples further apart than this belong to different cells: no rate is drawn across them
+
+
+def engine_rates(samples: dict[str, list[float]], start: float) -> dict[str, list[float | None]]:
+    """Per sample (from the second): seconds since ``start``, and what the engine did since the sample
+    before: generation tokens per second, tokens per engine step, prefix-cache hit %, new preemptions."""
+    t = samples["t"]
+    out: dict[str, list[float | None]] = {"t": [], "tokens_per_s": [], "tokens_per_step": [], "hit_pct": []}
+    out["preempted"] = []
+
+    def step(key: str, i: int) -> float:
+        return samples[key][i] - samples[key][i - 1]
+
+    for i in range(1, len(t)):
+        dt = t[i] - t[i - 1]
+        near = 0 < dt <= GAP_S
+        steps, queries = step("iteration_tokens_count", i), step("prefix_cache_queries", i)
+        out["t"].append(round(t[i] - start, 3))
+        out["tokens_per_s"].append(round(step("generation_tokens", i) / dt, 1) if near else None)
+        out["tokens_per_step"].append(round(step("iteration_tokens_sum", i) / steps, 1) if near and steps else None)
+        out["hit_pct"].append(round(100 * step("prefix_cache_hits", i) / queries, 1) if near and queries else None)
+        out["preempted"].append(step("preemptions", i))
+    return out
+
+
+# The engine panels that can go under the request timeline, in their usual order.
+ENGINE_PANELS = ("requests", "cache", "tokens", "steps")
+ENGINE_PANEL_PX = 120
+
+
+def _engine_titles() -> dict[str, str]:
+    return {
+        "requests": _("엔진의 요청 수"),
+        "cache": _("KV 캐시 · 프리픽스 캐시 (%)"),
+        "tokens": _("생성 토큰/초"),
+        "steps": _("엔진 스텝당 토큰"),
+    }
+
+
+def _engine_traces(fig: Any, samples: dict[str, list[float]], start: float, panels: tuple[str, ...]) -> None:
+    """The rows under the requests: the engine's own view (vLLM's /metrics) on the requests' time axis."""
+    import plotly.graph_objects as go
+
+    at = [round(v - start, 3) for v in samples["t"]]
+    rates = engine_rates(samples, start)
+    lines = (
+        ("requests", at, samples["running"], _("실행 중인 요청"), "#0072B2"),
+        ("requests", at, samples["waiting"], _("대기 중인 요청"), "#D55E00"),
+        ("cache", at, [round(100 * v, 1) for v in samples["kv_cache_usage"]], _("KV 캐시 사용률 %"), "#009E73"),
+        ("cache", rates["t"], rates["hit_pct"], _("프리픽스 캐시 적중 %"), "#CC79A7"),
+        ("tokens", rates["t"], rates["tokens_per_s"], _("생성 토큰/초"), "#E69F00"),
+        ("steps", rates["t"], rates["tokens_per_step"], _("엔진 스텝당 토큰"), "#56B4E9"),
+    )
+    for panel, xs, ys, name, colour in lines:
+        if panel not in panels:
+            continue
+        shape = "hv" if panel == "requests" else "linear"
+        trace = go.Scatter(x=xs, y=ys, name=name, mode="lines", line={"color": colour, "shape": shape, "width": 2})
+        fig.add_trace(trace, 2 + panels.index(panel), 1)
+    preempted = [(x, n) for x, n in zip(rates["t"], rates["preempted"], strict=True) if n and n > 0]
+    if preempted and "requests" in panels:
+        marks = go.Scatter(
+            x=[x for x, _n in preempted],
+            y=[0 for _x, _n in preempted],
+            text=[f"{n:g}" for _x, n in preempted],
+            name=_("선점"),
+            mode="markers",
+            marker={"symbol": "x", "size": 10, "color": "#000000"},
         )
-    fig.update_layout(barmode="overlay", title=_("요청별 타임라인 (첫 요청부터의 초)"))
-    fig.update_xaxes(title_text=_("초"))
-    fig.update_yaxes(title_text=_("요청"), autorange="reversed")
-    fig.update_layout(height=min(900, 160 + 14 * len(rows)), margin=LAYOUT["margin"])
+        fig.add_trace(marks, 2 + panels.index("requests"), 1)
+
+
+def timeline(results: dict[str, Any], panels: tuple[str, ...] = ENGINE_PANELS) -> dict[str, Any] | None:
+    """Every request as a bar from its send time (client queue | server queue | prefill | decode) and,
+    when the engine's /metrics was sampled, the engine's own view under it on the same time axis:
+    requests running and waiting (with preemptions), KV-cache usage and prefix-cache hits, generation
+    tokens per second, tokens per engine step (``panels``: which of them, in order). Zooming one panel
+    zooms them all."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    rows = [r for c in results.get("cells", []) for r in c.get("requests", []) if r.get("t_send")]
+    if not rows:
+        return None
+    start = min(r.get("t_scheduled") or r["t_send"] for r in rows)
+    samples = engine_samples(results) if panels else None
+    bars_px = min(900, 120 + 14 * len(rows))
+    shown = panels if samples else ()
+    titles = [_("요청")] + [_engine_titles()[p] for p in shown]
+    fig = make_subplots(
+        rows=1 + len(shown),
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.045 if shown else 0.02,
+        row_heights=[bars_px] + [ENGINE_PANEL_PX] * len(shown),
+        subplot_titles=titles if shown else None,
+    )
+    for name, spans in _phase_spans(rows, start).items():
+        bar = go.Bar(
+            y=[i for i, _start, _length in spans],
+            base=[b for _index, b, _length in spans],
+            x=[d for _index, _start, d in spans],
+            orientation="h",
+            name=str(PHASE_LABELS[name]),
+        )
+        fig.add_trace(bar, 1, 1)
+    if samples:
+        _engine_traces(fig, samples, start, shown)
+    title = _("요청별 타임라인과 엔진 (첫 요청부터의 초)") if samples else _("요청별 타임라인 (첫 요청부터의 초)")
+    fig.update_layout(barmode="overlay", title=title)
+    fig.update_xaxes(title_text=_("초"), row=1 + len(shown), col=1)
+    fig.update_yaxes(title_text=_("요청"), autorange="reversed", row=1, col=1)
+    height = 80 + bars_px + (ENGINE_PANEL_PX + 40) * len(shown)
+    fig.update_layout(height=height, margin=LAYOUT["margin"])
     return dict(json.loads(fig.to_json()))
 
 
-def charts(kind: str, runs: Runs) -> list[dict[str, Any]]:
+def charts(kind: str, runs: Runs, *, engine_panels: tuple[str, ...] = ENGINE_PANELS) -> list[dict[str, Any]]:
     """The kind's chart, then (for one job) its per-request timeline: [{"id", "data_id", "figure"}, ...].
 
     Jobs drawn together get one colour each and one line style per series (``compare_style``);
@@ -124,7 +242,7 @@ def charts(kind: str, runs: Runs) -> list[dict[str, Any]]:
         main = compare_style(main, [name for name, _results in runs])
     out = [{"id": "job-chart", "data_id": "job-chart-data", "figure": main}]
     if len(runs) == 1:
-        line = timeline(runs[0][1])
+        line = timeline(runs[0][1], engine_panels)
         if line:
             out.append({"id": "job-timeline", "data_id": "job-timeline-data", "figure": line})
     return out

@@ -92,6 +92,41 @@ def write_csv(out: TextIO, rows: Iterable[dict[str, Any]]) -> None:
     writer.writerows({column: csv_safe(value) for column, value in row.items()} for row in rows)
 
 
+ENGINE_COLUMNS = ["cell", "t_s", "running", "waiting", "kv_cache_usage", "prefix_cache_queries", "prefix_cache_hits",
+                  "preemptions", "prompt_tokens", "generation_tokens", "iteration_tokens_sum",
+                  "iteration_tokens_count"]  # fmt: skip
+
+
+def engine_rows(kind: str, results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The engine timeline (every /metrics sample of every cell) with seconds since the job's first
+    request, as the job page draws it; counters as vLLM reports them (cumulative)."""
+    from rag.vllm.server_metrics import TIMELINE_SERIES
+
+    cells = results.get("cells", [])
+    sends = [r.get("t_scheduled") or r["t_send"] for c in cells for r in c.get("requests", []) if r.get("t_send")]
+    rows: list[dict[str, Any]] = []
+    for cell in cells:
+        timeline = (cell.get("server") or {}).get("timeline") or {}
+        times = timeline.get("t") or []
+        start = min(sends) if sends else (times[0] if times else 0.0)
+        for i, at in enumerate(times):
+            row = {"cell": cell_name(kind, cell), "t_s": round(at - start, 3)}
+            rows.append(row | {key: timeline[key][i] for key in TIMELINE_SERIES if key in timeline})
+    return sorted(rows, key=lambda row: row["t_s"])
+
+
+def engine_timeline_json(kind: str, results: dict[str, Any]) -> dict[str, list[Any]]:
+    """The engine timeline as columns (``ENGINE_COLUMNS``), for the JSON export."""
+    rows = engine_rows(kind, results)
+    return {column: [row.get(column) for row in rows] for column in ENGINE_COLUMNS}
+
+
+def write_engine_csv(out: TextIO, rows: Iterable[dict[str, Any]]) -> None:
+    writer = csv.DictWriter(out, fieldnames=ENGINE_COLUMNS)
+    writer.writeheader()
+    writer.writerows({column: csv_safe(value) for column, value in row.items()} for row in rows)
+
+
 def bench_json(
     requests: list[dict[str, Any]],
     summary: dict[str, Any],
@@ -168,7 +203,7 @@ def job_json(job: Any, *, model: str = "") -> dict[str, Any]:
         requests = cell.get("requests", [])
         records = [_record(r) for r in requests]
         duration = cell.get("duration") or sum(r.e2el or 0 for r in records if r.success)
-        summary = summarize(records, duration=duration, max_concurrent_requests=cell.get("max_concurrent_requests"))
+        summary = summarize(records, duration=duration, peak_in_flight=cell.get("peak_in_flight"))
         benchmarks.append(
             bench_json(
                 requests,
@@ -176,7 +211,8 @@ def job_json(job: Any, *, model: str = "") -> dict[str, Any]:
                 model=model,
                 request_rate=float(cell.get("request_rate", math.inf)),
                 max_concurrency=cell.get("concurrency", 1 if sequential else None),
-                extra={"cell": cell_name(job.kind, cell)},
+                # Our own keys beside vLLM's: the cell's name and its medians' 95 % bootstrap intervals.
+                extra={"cell": cell_name(job.kind, cell)} | {k: v for k, v in cell.items() if k.startswith("ci_")},
             )
         )
     return {
@@ -189,4 +225,5 @@ def job_json(job: Any, *, model: str = "") -> dict[str, Any]:
         "created_at": job.created_at.isoformat() if job.created_at else None,
         "results": job.results,
         "benchmarks": benchmarks,
+        "engine_timeline": engine_timeline_json(job.kind, job.results or {}),
     }

@@ -26,8 +26,17 @@ HELP: dict[str, Any] = {
     ),
     "mode": gettext_lazy(
         "동시성: 늘 정해진 수만큼 요청을 띄워 둡니다. "
-        "요청률: 초당 정해진 수만큼 보내고, 밀리면 클라이언트에서 기다립니다."
+        "요청률: 초당 정해진 수만큼 보내고, 밀리면 클라이언트에서 기다립니다. "
+        "램프: 한 번의 실행 안에서 요청률을 시작 값에서 끝 값까지 올립니다."
     ),
+    "at_saturation": gettext_lazy(
+        "요청률 단계에서 TTFT와 진행 중인 요청 수가 단계 안에서 함께 늘면 엔진이 포화된 것입니다. "
+        "멈추면 그보다 높은 단계는 재지 않습니다."
+    ),
+    "ramp_strategy": gettext_lazy("선형: 요청마다 같은 양씩, 지수: 요청마다 같은 비율로 요청률이 오릅니다."),
+    "ramp_start_rps": gettext_lazy("램프의 첫 요청이 따르는 요청률, req/s."),
+    "ramp_end_rps": gettext_lazy("램프의 마지막 요청이 따르는 요청률, req/s (시작보다 커야 합니다)."),
+    "ramp_requests": gettext_lazy("램프 한 번에 보내는 요청 수. 많을수록 포화 지점이 또렷합니다."),
     "concurrencies": gettext_lazy("동시에 진행시킬 요청 수의 단계들, 쉼표로 (예: 1, 2, 4, 8). 단계마다 따로 잽니다."),
     "rates": gettext_lazy("초당 보내는 요청 수(req/s)의 단계들, 쉼표로. 요청 사이 간격은 감마 분포에서 뽑습니다."),
     "burstiness": gettext_lazy(

@@ -6,6 +6,7 @@ this module summarises a list of them: throughput, goodput, percentiles.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,15 +57,48 @@ def _stats_ms(name: str, seconds: list[float], percentiles: tuple[float, ...]) -
     return stats
 
 
+def per_second_peaks(records: list[RequestRecord]) -> tuple[float, int]:
+    """vllm bench serve's ``max_output_tokens_per_s`` and ``max_concurrent_requests``.
+
+    Computed from the successful records the way its ``calculate_metrics`` does: one-second
+    buckets from the earliest send; every text chunk counts one token in the bucket it
+    arrived in; a request counts once in every bucket from its send's to its end's. So the
+    second figure is "requests active during the busiest second", not the most in flight at
+    one instant (that is ``peak_in_flight``, which the runner observes).
+    """
+    ok = [r for r in records if r.success and r.text_chunk_at]
+    if not ok:
+        return 0.0, 0
+    first = min(r.t_send for r in ok)
+
+    def end(record: RequestRecord) -> float:
+        return record.t_end if record.t_end is not None else record.text_chunk_at[-1]
+
+    buckets = math.ceil(max(end(r) for r in ok) - first) + 1
+    tokens = [0] * buckets
+    active = [0] * buckets
+    for record in ok:
+        for at in record.text_chunk_at:
+            second = int(at - first)
+            if 0 <= second < buckets:
+                tokens[second] += 1
+        for second in range(int(record.t_send - first), min(int(end(record) - first), buckets - 1) + 1):
+            active[second] += 1
+    return float(max(tokens)), max(active)
+
+
 def summarize(
     records: list[RequestRecord],
     *,
     duration: float,
     percentiles: tuple[float, ...] = DEFAULT_PERCENTILES,
     slo: SLO | None = None,
-    max_concurrent_requests: int | None = None,
+    peak_in_flight: int | None = None,
 ) -> dict[str, Any]:
-    """The run's aggregates over its successful requests (METRICS.md), keyed like vllm bench serve."""
+    """The run's aggregates over its successful requests (METRICS.md), keyed like vllm bench serve.
+
+    ``peak_in_flight`` is what the runner saw at once (None where nobody counted).
+    """
     ok = [r for r in records if r.success]
     prompt = sum(r.prompt_tokens or 0 for r in ok)
     output = sum(r.output_tokens or 0 for r in ok)
@@ -80,8 +114,9 @@ def summarize(
         "request_goodput": per_second(good) if slo is not None else None,
         "output_throughput": per_second(output),
         "total_token_throughput": per_second(prompt + output),
-        "max_concurrent_requests": max_concurrent_requests,
+        "peak_in_flight": peak_in_flight,
     }
+    summary["max_output_tokens_per_s"], summary["max_concurrent_requests"] = per_second_peaks(records)
     summary |= _stats_ms("ttft", [r.ttft for r in ok if r.ttft is not None], percentiles)
     summary |= _stats_ms("tpot", [r.tpot for r in ok if r.tpot is not None], percentiles)
     summary |= _stats_ms("itl", [gap for r in ok for gap in r.itl], percentiles)

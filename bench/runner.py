@@ -37,6 +37,8 @@ class LoadShape:
     request_rate: float = math.inf  # requests per second; inf: all due at once
     burstiness: float = 1.0
     seed: int = 0
+    # vllm bench serve's ramp-up: (strategy "linear" | "exponential", start req/s, end req/s) over the run.
+    ramp: tuple[str, float, float] | None = None
 
     def __post_init__(self) -> None:
         if self.concurrency is not None and self.concurrency < 1:
@@ -45,6 +47,21 @@ class LoadShape:
             raise ValueError("request rate must be positive (inf = all at once)")
         if not self.burstiness > 0:
             raise ValueError("burstiness must be positive")
+        if self.ramp is not None and (self.ramp[0] not in RAMPS or not (self.ramp[1] > 0 and self.ramp[2] > 0)):
+            raise ValueError("a ramp is (linear|exponential, start > 0, end > 0)")
+
+
+RAMPS = ("linear", "exponential")
+
+
+def ramp_rate(ramp: tuple[str, float, float], index: int, total: int) -> float:
+    """The request rate due at request ``index`` of ``total`` on a ramp, as vllm bench serve computes it:
+    from start to end in equal steps (linear) or by a constant factor (exponential)."""
+    strategy, start, end = ramp
+    progress = index / max(total - 1, 1)
+    if strategy == "linear":
+        return start + (end - start) * progress
+    return float(start * (end / start) ** progress)
 
 
 def arrival_offsets(n: int, shape: LoadShape) -> list[float]:
@@ -54,15 +71,16 @@ def arrival_offsets(n: int, shape: LoadShape) -> list[float]:
     scale is chosen so the mean stays 1/rate): 1 is a Poisson process, smaller
     is burstier, larger is more even.
     """
-    if math.isinf(shape.request_rate):
+    if math.isinf(shape.request_rate) and shape.ramp is None:
         return [0.0] * n
     rng = random.Random(shape.seed)
-    theta = 1.0 / (shape.request_rate * shape.burstiness)
     offsets: list[float] = []
     at = 0.0
-    for _ in range(n):
+    for index in range(n):
         offsets.append(at)
-        at += rng.gammavariate(shape.burstiness, theta)
+        # A ramp (vllm bench serve's --ramp-up-strategy) changes the rate from one request to the next.
+        rate = ramp_rate(shape.ramp, index, n) if shape.ramp is not None else shape.request_rate
+        at += rng.gammavariate(shape.burstiness, 1.0 / (rate * shape.burstiness))
     return offsets
 
 

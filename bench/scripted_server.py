@@ -30,8 +30,10 @@ word. Streams are in vLLM's shape::
 as vLLM sends it: on a final chunk when ``stream_options.include_usage`` is set, and
 on every chunk as well with ``continuous_usage_stats`` (our client asks for both).
 Also ``GET /health``, ``/v1/models``, ``/version``, ``/metrics`` (Prometheus text:
-running requests, TTFT and queue-time histograms, prefix-cache counters) and
-``POST /tokenize`` (400 for chat messages unless ``chat_template``).
+running and waiting requests (``Script.max_streams`` caps the running ones), TTFT and
+queue-time histograms, prefix-cache counters, KV-cache usage, generation tokens and
+tokens per engine step (one per streamed token)) and ``POST /tokenize`` (400 for chat
+messages unless ``chat_template``).
 
 ``GET /stats`` (``?reset=1`` also clears them) returns what the server saw, with
 ``time.perf_counter()`` timestamps: per stream the prompt's first word, when
@@ -57,7 +59,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -93,6 +95,9 @@ class Script:
     delay_s: float = 0.01  # between tokens (the inter-token latency)
     pause_after_last: bool = True  # one more delay_s after the last token, before the usage chunk
     stall_s: float = 0.0  # wait before answering a generation request at all
+    # Capacity: 0 = every request generates at once; n = at most n at a time, the rest wait their
+    # turn (vllm:num_requests_waiting), and a request's schedule starts when it gets a slot.
+    max_streams: int = 0
     # The engine.
     model: str = "fake-model"
     version: str = "fake"
@@ -136,6 +141,8 @@ class Stats:
     streams: int = 0
     peak_streams: int = 0
     completed: int = 0  # a Prometheus counter: never reset
+    waiting: int = 0  # requests waiting for a slot (Script.max_streams)
+    tokens: int = 0  # every token streamed (vllm:generation_tokens_total; one engine step each): never reset
     requests: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=200_000))
 
     def as_dict(self) -> dict[str, Any]:
@@ -195,6 +202,27 @@ class ScriptedServer:
         self.stats = Stats()
         self._ids = itertools.count(1)
         self._connections: set[asyncio.Task[Any]] = set()
+        self._slots: tuple[int, asyncio.Semaphore] | None = None
+
+    @contextlib.asynccontextmanager
+    async def _slot(self) -> AsyncIterator[None]:
+        """A generation slot when the script limits them (``max_streams``); waits counted meanwhile."""
+        most = self.script.max_streams
+        if most <= 0:
+            yield
+            return
+        if self._slots is None or self._slots[0] != most:
+            self._slots = (most, asyncio.Semaphore(most))
+        slots = self._slots[1]
+        self.stats.waiting += 1
+        try:
+            await slots.acquire()
+        finally:
+            self.stats.waiting -= 1
+        try:
+            yield
+        finally:
+            slots.release()
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """One connection: requests one after another while the client keeps it alive."""
@@ -307,13 +335,18 @@ class ScriptedServer:
         n, labels = self.stats.completed, f'{{model_name="{self.script.model}",engine="0"}}'
         samples = [
             ("vllm:num_requests_running", self.stats.streams),
-            ("vllm:num_requests_waiting", 0),
+            ("vllm:num_requests_waiting", self.stats.waiting),
             ("vllm:time_to_first_token_seconds_sum", 0.02 * n),
             ("vllm:time_to_first_token_seconds_count", n),
             ("vllm:request_queue_time_seconds_sum", 0.0015 * n),
             ("vllm:request_queue_time_seconds_count", n),
             ("vllm:prefix_cache_queries_total", 100 * n),
             ("vllm:prefix_cache_hits_total", 16 * n),
+            ("vllm:kv_cache_usage_perc", min(1.0, 0.01 * self.stats.streams)),
+            ("vllm:num_preemptions_total", 0),
+            ("vllm:generation_tokens_total", self.stats.tokens),
+            ("vllm:iteration_tokens_total_sum", self.stats.tokens),
+            ("vllm:iteration_tokens_total_count", self.stats.tokens),
         ]
         return "# HELP vllm:num_requests_running running\n" + "".join(f"{k}{labels} {v}\n" for k, v in samples)
 
@@ -364,7 +397,23 @@ class ScriptedServer:
             self._respond(writer, script.status, error, keep_alive=keep_alive)
             return
         generation = self._generation(path, payload)
-        start = arrival + script.stall_s
+        async with self._slot():
+            start = arrival + script.stall_s
+            if script.max_streams:  # a request that waited for its slot starts when it got it
+                start = max(start, time.perf_counter())
+            await self._answer(writer, path, payload, generation, keep_alive=keep_alive, start=start)
+
+    async def _answer(
+        self,
+        writer: asyncio.StreamWriter,
+        path: str,
+        payload: dict[str, Any],
+        generation: _Generation,
+        *,
+        keep_alive: bool,
+        start: float,
+    ) -> None:
+        script = self.script
         created = int(time.time())
         model = json.dumps(str(payload.get("model") or script.model))
         kind = "chat.completion.chunk" if generation.chat else "text_completion"
@@ -413,6 +462,7 @@ class ScriptedServer:
                 seen.setdefault("first", now)
                 seen["last"] = now
                 writer.write(_chunk(event.encode()))
+                stats.tokens += 1
                 await writer.drain()
             if script.pause_after_last:
                 await _sleep_until(start + script.ttft_s + n * script.delay_s)
@@ -527,11 +577,14 @@ def raise_open_file_limit() -> None:
 
 
 @contextlib.contextmanager
-def spawn(*, ttft_ms: float, itl_ms: float, host: str = "127.0.0.1", timeout: float = 15.0) -> Iterator[str]:
+def spawn(
+    *, ttft_ms: float, itl_ms: float, host: str = "127.0.0.1", timeout: float = 15.0, max_streams: int = 0
+) -> Iterator[str]:
     """Run ``Script.timed`` in a child process on a free port; yields its base URL once /health answers."""
     command = [
         sys.executable, "-m", "bench.scripted_server",
         "--host", host, "--port", "0", "--ttft-ms", str(ttft_ms), "--itl-ms", str(itl_ms),
+        "--max-streams", str(max_streams),
     ]  # fmt: skip
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
@@ -571,11 +624,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--itl-ms", type=float, default=10.0, help="gap between tokens")
     parser.add_argument("--model", default="scripted")
     parser.add_argument("--text", default="x", help="every token's text")
+    parser.add_argument("--max-streams", type=int, default=0, help="at most this many generate at once (0: no cap)")
     args = parser.parse_args(argv)
     if args.ttft_ms < 0 or args.itl_ms < 0:
         parser.error("--ttft-ms and --itl-ms must not be negative")
     raise_open_file_limit()
     script = Script.timed(ttft_s=args.ttft_ms / 1000, itl_s=args.itl_ms / 1000, model=args.model, text=args.text)
+    script.max_streams = max(0, args.max_streams)
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(run_server(script, args.host, args.port))
 

@@ -11,5 +11,7 @@ urlpatterns = [
     path("bench/compare/", views.bench_compare, name="bench_compare"),
     path("bench/<int:job_id>/", views.bench_detail, name="bench_detail"),
     path("bench/<int:job_id>/cancel/", views.bench_cancel, name="bench_cancel"),
-    re_path(r"^bench/(?P<job_id>[0-9]+)/export\.(?P<fmt>json|csv)$", views.bench_export, name="bench_export"),
+    re_path(
+        r"^bench/(?P<job_id>[0-9]+)/export\.(?P<fmt>json|csv|engine\.csv)$", views.bench_export, name="bench_export"
+    ),
 ]

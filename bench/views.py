@@ -12,7 +12,7 @@ from django.shortcuts import redirect, render
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
-from bench import access, charts, engines, exports, reaper, services
+from bench import access, charts, engines, exports, reaper, services, stats
 from bench.forms import JobForm
 from bench.kinds import registry
 from bench.models import BenchJob
@@ -104,6 +104,28 @@ def settings_diff(jobs: list[BenchJob]) -> tuple[list[SettingRow], list[SettingR
     return differ, same
 
 
+NOISE_METRICS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2el", "E2EL"))
+
+
+def noise_rows(jobs: list[BenchJob]) -> list[dict[str, Any]]:
+    """Per cell the jobs share (by name) and per median: each job's median with its 95 % interval, and
+    whether every later job's interval overlaps the first's (a difference inside the noise)."""
+    kind = jobs[0].kind
+    by_job = [{exports.cell_name(kind, c): c for c in charts.cells(job.results or {})} for job in jobs]
+    rows = []
+    for name in [n for n in by_job[0] if all(n in cells for cells in by_job[1:])]:
+        for metric, label in NOISE_METRICS:
+            found = [(cells[name].get(f"median_{metric}_ms"), cells[name].get(f"ci_{metric}_ms")) for cells in by_job]
+            if any(median is None for median, _ci in found):
+                continue
+            verdicts = [stats.overlaps(found[0][1], ci) for _median, ci in found[1:]]
+            inside = None if None in verdicts else all(verdicts)
+            found_kind = registry.find(kind)
+            cell = found_kind.shown_cell(by_job[0][name]) if found_kind is not None else name
+            rows.append({"cell": cell, "metric": label, "values": found, "inside_noise": inside})
+    return rows
+
+
 @login_required
 def bench_compare(request: HttpRequest) -> HttpResponse:
     """Two or more of the learner's finished jobs of one kind, drawn over each other, and how their settings differ."""
@@ -116,7 +138,8 @@ def bench_compare(request: HttpRequest) -> HttpResponse:
         error = str(gettext_lazy("같은 종류의 작업끼리만 겹쳐 그릴 수 있습니다."))
     figures = [] if error else _charts(chosen[0].kind, chosen)
     differ, same = ([], []) if error else settings_diff(chosen)
-    context = {"jobs": chosen, "charts": figures, "error": error, "differ": differ, "same": same}
+    noise = [] if error else noise_rows(chosen)
+    context = {"jobs": chosen, "charts": figures, "error": error, "differ": differ, "same": same, "noise": noise}
     return render(request, "bench/compare.html", context, status=400 if error else 200)
 
 
@@ -135,7 +158,11 @@ def bench_export(request: HttpRequest, job_id: int, fmt: str) -> HttpResponse:
         response: HttpResponse = JsonResponse(data, json_dumps_params={"ensure_ascii": False, "indent": 1})
     else:
         out = io.StringIO()
-        exports.write_csv(out, exports.csv_rows(job.kind, job.results))
+        if fmt == "engine.csv":
+            exports.write_engine_csv(out, exports.engine_rows(job.kind, job.results or {}))
+        else:
+            exports.write_csv(out, exports.csv_rows(job.kind, job.results))
         response = HttpResponse(out.getvalue(), content_type="text/csv; charset=utf-8")
-    response["Content-Disposition"] = f'attachment; filename="bench-{job.pk}.{fmt}"'
+    name = f"bench-{job.pk}-engine.csv" if fmt == "engine.csv" else f"bench-{job.pk}.{fmt}"
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
     return response

@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from bench import stats
 from rag.vllm import server_metrics
 from rag.vllm.records import RequestRecord
 
@@ -53,7 +54,19 @@ def cell_summary(records: list[RequestRecord], **fields: Any) -> dict[str, Any]:
         "median_cached_tokens": med([float(r.cached_tokens or 0) for r in ok]),
         "prefill_speed": med([r.prefill_speed or None for r in ok]),
         "decode_speed": med([r.decode_speed or None for r in ok]),
+        **intervals(ok),
         "requests": [request_row(r) for r in records],
+    }
+
+
+def intervals(ok: list[RequestRecord]) -> dict[str, list[float] | None]:
+    """95 % bootstrap intervals of the cell's median TTFT, TPOT, E2EL and decode time, in ms
+    (``ci_<name>_ms`` beside ``median_<name>_ms``; None with fewer than two requests)."""
+    return {
+        "ci_ttft_ms": stats.median_ci([r.ttft for r in ok], scale=1000),
+        "ci_tpot_ms": stats.median_ci([r.tpot for r in ok], scale=1000),
+        "ci_e2el_ms": stats.median_ci([r.e2el for r in ok], scale=1000),
+        "ci_decode_ms": stats.median_ci([r.decode_time for r in ok], scale=1000),
     }
 
 

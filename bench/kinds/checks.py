@@ -159,6 +159,12 @@ def key_numbers(results: Results, keys: Iterable[tuple[str, str]]) -> dict[str, 
     return out
 
 
+def key_intervals(results: Results, keys: Iterable[tuple[str, str]]) -> dict[str, list[float]]:
+    """{label: the 95 % interval stored beside its key number (``<path>_ci``)} for the key numbers that have one."""
+    found = key_numbers(results, [(label, f"{path}_ci") for label, path in keys])
+    return {label: value for label, value in found.items() if isinstance(value, list) and len(value) == 2}
+
+
 # A key number is stored under a stable English key (hand-ins and CSV columns keep it);
 # its label is what a reader sees, in the reader's language.
 KEY_LABELS: dict[str, str | Promise] = {

@@ -15,9 +15,9 @@ import httpx
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from bench import charts, configs, runner
+from bench import charts, configs, runner, sanity
 from bench.kinds import rag_work, registry
-from bench.kinds.cells import request_row, watched_cell
+from bench.kinds.cells import intervals, request_row, watched_cell
 from bench.kinds.checks import Check, all_ok, done_cells, noise_advice
 from bench.kinds.registry import Field, Runs
 from bench.kinds.session import CLIENT_TIMEOUT_S, keeps_partial, warm_up
@@ -27,7 +27,13 @@ from bench.workloads import nonce_line, shared_prefix_prompts, synthetic_prompts
 from rag.vllm import client as vllm_client
 from rag.vllm import server_metrics
 
-MODES = (("concurrency", gettext_lazy("동시성")), ("rate", gettext_lazy("요청률 (감마 간격)")))
+MODES = (
+    ("concurrency", gettext_lazy("동시성")),
+    ("rate", gettext_lazy("요청률 (감마 간격)")),
+    ("ramp", gettext_lazy("요청률 램프 (한 실행 안에서 시작 → 끝)")),
+)
+RAMP_STRATEGIES = (("linear", gettext_lazy("선형")), ("exponential", gettext_lazy("지수")))
+AT_SATURATION = (("continue", gettext_lazy("끝까지 잰다")), ("stop", gettext_lazy("포화된 단계에서 멈춘다")))
 WORKLOADS = (
     ("synthetic", gettext_lazy("합성 프롬프트")),
     ("shared_prefix", gettext_lazy("공유 프리픽스")),
@@ -55,14 +61,28 @@ class LoadConfig:
     top_k: int = 3  # rag: the evaluation questions with this retrieval setting
     chunk_size: int = 500
     custom: tuple[configs.CustomPrompt, ...] = ()
+    at_saturation: str = "continue"  # or "stop": a request-rate sweep ends at its first saturated level
+    # mode "ramp": one run whose request rate rises from start to end (vllm bench serve --ramp-up-*)
+    ramp_strategy: str = "linear"
+    ramp_start_rps: float = 1.0
+    ramp_end_rps: float = 8.0
+    ramp_requests: int = 48
 
     @property
     def levels(self) -> tuple[float, ...]:
+        if self.mode == "ramp":
+            return (self.ramp_end_rps,)
         return tuple(self.concurrencies) if self.mode == "concurrency" else tuple(self.rates)
 
     @property
+    def ramp(self) -> tuple[str, float, float]:
+        return (self.ramp_strategy, self.ramp_start_rps, self.ramp_end_rps)
+
+    @property
     def per_level(self) -> int:
-        return len(self.custom) if self.workload == "custom" else 8 * self.repeats
+        if self.workload == "custom":
+            return len(self.custom)
+        return self.ramp_requests if self.mode == "ramp" else 8 * self.repeats
 
     @property
     def total_requests(self) -> int:
@@ -78,12 +98,20 @@ class LoadConfig:
     def level_label(self, level: float) -> str:
         if self.mode == "concurrency":
             return _("동시성 %(level)s") % {"level": f"{level:g}"}
+        if self.mode == "ramp":
+            return ramp_label(self.ramp_start_rps, self.ramp_end_rps)
         return _("요청률 %(level)s req/s") % {"level": f"{level:g}"}
 
     def shape(self, level: float, number: int) -> runner.LoadShape:
         if self.mode == "concurrency":
             return runner.LoadShape(concurrency=int(level))
+        if self.mode == "ramp":
+            return runner.LoadShape(ramp=self.ramp, burstiness=self.burstiness, seed=self.seed * 100 + number)
         return runner.LoadShape(request_rate=level, burstiness=self.burstiness, seed=self.seed * 100 + number)
+
+
+def ramp_label(start: float, end: float) -> str:
+    return _("램프 %(start)s → %(end)s req/s") % {"start": f"{start:g}", "end": f"{end:g}"}
 
 
 FIELDS = (
@@ -92,6 +120,11 @@ FIELDS = (
     Field("concurrencies", gettext_lazy("동시성 단계들"), "integers", low=1, high=512),
     Field("rates", gettext_lazy("요청률 단계들 (req/s)"), "reals", low=0.01, high=1000),
     Field("burstiness", gettext_lazy("버스트 정도 (1 = 포아송)"), "real", low=0.05, high=100),
+    Field("at_saturation", gettext_lazy("요청률이 포화를 넘으면"), "choice", choices=AT_SATURATION),
+    Field("ramp_strategy", gettext_lazy("램프 모양"), "choice", choices=RAMP_STRATEGIES),
+    Field("ramp_start_rps", gettext_lazy("램프 시작 요청률 (req/s)"), "real", low=0.01, high=1000),
+    Field("ramp_end_rps", gettext_lazy("램프 끝 요청률 (req/s)"), "real", low=0.01, high=1000),
+    Field("ramp_requests", gettext_lazy("램프의 요청 수"), "integer", low=8, high=5000),
     Field("workload", gettext_lazy("작업량"), "choice", choices=WORKLOADS),
     Field("input_tokens", gettext_lazy("입력 토큰"), "integer", low=1, high=1 << 20),
     Field("output_tokens", gettext_lazy("출력 토큰"), "integer", low=1, high=1 << 16),
@@ -117,6 +150,8 @@ def parse(raw: dict[str, Any]) -> LoadConfig:
         values["custom"] = ()  # a file sent along with another workload is not part of the job
     elif not values["custom"]:
         raise configs.ConfigError("custom_file", _("사용자 작업량에는 JSONL 파일이 필요합니다"))
+    if values["mode"] == "ramp" and values["ramp_end_rps"] <= values["ramp_start_rps"]:
+        raise configs.ConfigError("ramp_end_rps", _("램프의 끝 요청률은 시작 요청률보다 커야 합니다"))
     return LoadConfig(**values)
 
 
@@ -177,6 +212,8 @@ LEVEL_KEYS = (
     "p99_tpot_ms",
     "median_e2el_ms",
     "max_concurrent_requests",
+    "max_output_tokens_per_s",
+    "peak_in_flight",
     "mean_client_queue_ms",
     "p99_client_queue_ms",
 )
@@ -185,22 +222,36 @@ LEVEL_KEYS = (
 def level_cell(config: LoadConfig, level: float, run: runner.RunResult, server: dict[str, Any]) -> dict[str, Any]:
     """One level's aggregates (METRICS.md, "Per run") with its requests and whether it meets the SLO."""
     slo = SLO(ttft_ms=config.slo_ttft_ms, tpot_ms=config.slo_tpot_ms)
-    summary = summarize(run.records, duration=run.duration, slo=slo, max_concurrent_requests=run.max_concurrent)
-    cell = {key: summary[key] for key in LEVEL_KEYS} | {
-        "level": level,
-        "load_mode": config.mode,
-        "workload": config.workload,
-        "input_tokens": config.input_tokens,
-        "output_tokens": config.output_tokens,
-        "errors": [r.error for r in run.records if r.error],
-        "run_started": run.started,
-        "requests": [request_row(r) for r in run.records],
-    }
-    cell |= {"concurrency": int(level)} if config.mode == "concurrency" else {"request_rate": level}
+    summary = summarize(run.records, duration=run.duration, slo=slo, peak_in_flight=run.max_concurrent)
+    cell = (
+        {key: summary[key] for key in LEVEL_KEYS}
+        | intervals([r for r in run.records if r.success])
+        | {
+            "level": level,
+            "load_mode": config.mode,
+            "workload": config.workload,
+            "input_tokens": config.input_tokens,
+            "output_tokens": config.output_tokens,
+            "errors": [r.error for r in run.records if r.error],
+            "run_started": run.started,
+            "requests": [request_row(r) for r in run.records],
+        }
+    )
+    if config.mode == "concurrency":
+        cell["concurrency"] = int(level)
+    elif config.mode == "ramp":
+        n = len(run.records)
+        cell["ramp"] = {"strategy": config.ramp_strategy, "start_rps": config.ramp_start_rps, "end_rps": level}
+        cell["target_rates"] = [round(runner.ramp_rate(config.ramp, i, n), 4) for i in range(n)]
+    else:
+        cell["request_rate"] = level
     cell["meets_slo"] = bool(
         summary["request_throughput"]
         and summary["request_goodput"] >= config.meets_share * summary["request_throughput"]
     )
+    cell["sanity"] = sanity.level(run.records, duration=run.duration, mode=config.mode, level=level, server=server)
+    if config.mode == "ramp":
+        cell["sanity"]["knee_rps"] = sanity.ramp_knee(run.records, cell["target_rates"])
     # The level's own requests in flight: its concurrency, or (at a request rate) the most it had at once.
     own = int(level) if config.mode == "concurrency" else run.max_concurrent
     return watched_cell(cell, server, own=own)
@@ -211,9 +262,11 @@ def summary(cells: list[dict[str, Any]], config: LoadConfig) -> dict[str, Any]:
     return {
         "slo": {"ttft_ms": config.slo_ttft_ms, "tpot_ms": config.slo_tpot_ms, "share": config.meets_share},
         "load_mode": config.mode,
+        # The highest level meeting the SLO: at a concurrency, the "max valid concurrency".
         "best_level": max(meeting) if meeting else None,
         "best_concurrency": max(meeting) if meeting and config.mode == "concurrency" else None,
         "peak_output_throughput": max((c["output_throughput"] for c in cells), default=None),
+        "sanity": sanity.run_summary(cells, mode=config.mode),
     }
 
 
@@ -221,6 +274,7 @@ async def measure(config: LoadConfig, *, base_url: str, model: str, reporter: Re
     """Each load level in turn with fresh prompts; a cancel takes effect between levels."""
     cells: list[dict[str, Any]] = []
     cancelled = False
+    stopped: float | None = None
     done = 0
     with keeps_partial(lambda: {"cells": cells, "cancelled": False} | summary(cells, config)):
         async with vllm_client.connect(base_url, timeout=CLIENT_TIMEOUT_S) as http:
@@ -241,15 +295,56 @@ async def measure(config: LoadConfig, *, base_url: str, model: str, reporter: Re
                 done += len(specs)
                 cells.append(level_cell(config, level, run, server))
                 await reporter.partial({"cells": cells, "partial": True})
-    return {"cells": cells, "cancelled": cancelled} | summary(cells, config), cancelled
+                if config.at_saturation == "stop" and (cells[-1]["sanity"].get("rising") or {}).get("saturated"):
+                    stopped = level
+                    break
+    results = {"cells": cells, "cancelled": cancelled} | summary(cells, config)
+    if stopped is not None:
+        results["stopped_at_saturation"] = stopped
+    return results, cancelled
 
 
 # --- the chart, the command, the page ------------------------------------------------------
 
 
-def chart(runs: Runs) -> dict[str, Any]:
-    """Throughput and goodput per level; TTFT p50/p99 and TPOT p50 with the SLO lines."""
+def _sent_per_second(sends: list[float], window: float = 1.0) -> list[float]:
+    """At each send (in order): the requests sent in the ``window`` seconds up to it, per second."""
+    return [sum(1 for other in sends if at - window < other <= at) / window for at in sends]
+
+
+def ramp_chart(runs: Runs) -> dict[str, Any]:
+    """A ramp against time: the rate due and the rate sent; each request's TTFT and TPOT where it was sent."""
     import plotly.graph_objects as go
+
+    fig = charts.figure((_("요청률 램프"), _("요청별 TTFT와 TPOT")))
+    for run, results in runs:
+        for cell in charts.cells(results):
+            rows = [(r, rate) for r, rate in zip(cell["requests"], cell.get("target_rates") or [], strict=False)]
+            rows = sorted((pair for pair in rows if pair[0].get("t_send")), key=lambda pair: pair[0]["t_send"])
+            if not rows:
+                continue
+            start = rows[0][0]["t_send"]
+            at = [round(r["t_send"] - start, 3) for r, _rate in rows]
+            due = go.Scatter(x=at, y=[rate for _r, rate in rows], name=charts.series_name(run, _("정한 요청률"), runs))
+            fig.add_trace(due, 1, 1)
+            sent = _sent_per_second([r["t_send"] for r, _rate in rows])
+            fig.add_trace(go.Scatter(x=at, y=sent, name=charts.series_name(run, _("보낸 요청률 (1초 창)"), runs)), 1, 1)
+            for key, series in (("ttft", "TTFT (ms)"), ("tpot", "TPOT (ms)")):
+                values = [None if r.get(key) is None else round(1000 * r[key], 1) for r, _rate in rows]
+                marks = go.Scatter(x=at, y=values, mode="markers", name=charts.series_name(run, series, runs))
+                fig.add_trace(marks, 1, 2)
+    fig.update_xaxes(title_text=_("첫 요청부터의 초"))
+    fig.update_yaxes(title_text=_("요청률 (req/s)"), rangemode="tozero", row=1, col=1)
+    fig.update_yaxes(title_text=_("시간 (ms, 로그 눈금)"), type="log", row=1, col=2)
+    return charts.done(fig)
+
+
+def chart(runs: Runs) -> dict[str, Any]:
+    """Throughput and goodput per level; TTFT p50/p99 and TPOT p50 with the SLO lines (a ramp: ``ramp_chart``)."""
+    import plotly.graph_objects as go
+
+    if any(c.get("ramp") for _run, results in runs for c in charts.cells(results)):
+        return ramp_chart(runs)
 
     fig = charts.figure((_("처리량과 굿풋"), _("TTFT와 TPOT")))
     axis = _("동시성 (동시에 보내는 요청 수)")
@@ -268,7 +363,9 @@ def chart(runs: Runs) -> dict[str, Any]:
             ("median_tpot_ms", "TPOT p50"),
         ):
             name = charts.series_name(run, f"{series} (ms)", runs)
-            fig.add_trace(go.Scatter(x=levels, y=[c[key] for c in shown], name=name), 1, 2)
+            medians = [c[key] for c in shown]
+            bars = charts.interval_bars(shown, key)  # a median's 95 % interval; a p99 has none
+            fig.add_trace(go.Scatter(x=levels, y=medians, name=name, error_y=bars), 1, 2)
         slo = results.get("slo") or {}
         for key, label in (("ttft_ms", "SLO TTFT"), ("tpot_ms", "SLO TPOT")):
             if slo.get(key) and levels:
@@ -282,7 +379,9 @@ def chart(runs: Runs) -> dict[str, Any]:
 
 
 def cell_label(cell: dict[str, Any]) -> str:
-    """A level's name on a page: "동시성 4" or "요청률 2 req/s"."""
+    """A level's name on a page: "동시성 4", "요청률 2 req/s" or "램프 1 → 8 req/s"."""
+    if "ramp" in cell:
+        return ramp_label(cell["ramp"]["start_rps"], cell["ramp"]["end_rps"])
     if "request_rate" in cell:
         return _("요청률 %(level)s req/s") % {"level": f"{cell['request_rate']:g}"}
     return _("동시성 %(level)s") % {"level": cell.get("concurrency", cell.get("level"))}
@@ -294,6 +393,9 @@ def cell_name(cell: dict[str, Any]) -> str:
         name += f" @{cell['concurrency']}"
     if "request_rate" in cell:
         name += f" @{cell['request_rate']:g} req/s"
+    if "ramp" in cell:
+        ramp = cell["ramp"]
+        name += f" ramp {ramp['strategy']} {ramp['start_rps']:g}-{ramp['end_rps']:g} req/s"
     return name
 
 

@@ -14,7 +14,7 @@ import httpx
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from bench import charts, runner
+from bench import charts, runner, stats
 from bench.kinds import rag_work, registry, speed
 from bench.kinds.cells import cell_summary, watched_cell
 from bench.kinds.checks import Check, all_ok, done_cells, noise_advice
@@ -84,10 +84,18 @@ def cells_of(measured: Measured) -> list[dict[str, Any]]:
     return cells
 
 
+def _ttfts(cells: list[dict[str, Any]], name: str) -> list[float | None]:
+    return [r.get("ttft") for c in cells if c["cell"] == name for r in c.get("requests", []) if r.get("success")]
+
+
 def summary(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """The warm speed-up (median cold TTFT ÷ median warm TTFT) with its 95 % bootstrap interval."""
     ttft = {c["cell"]: c["median_ttft_ms"] for c in cells}
     cold, warm = ttft.get("cold"), ttft.get("warm")
-    return {"warm_speedup": cold / warm if cold and warm else None}
+    return {
+        "warm_speedup": cold / warm if cold and warm else None,
+        "warm_speedup_ci": stats.ratio_ci(_ttfts(cells, "cold"), _ttfts(cells, "warm")),
+    }
 
 
 async def _contexts(

@@ -21,7 +21,7 @@ from django.utils.functional import Promise
 from django.utils.translation import gettext as _
 
 from bench import configs
-from bench.kinds.checks import Check, disturbed_cells, key_numbers, settings_check, undisturbed
+from bench.kinds.checks import Check, disturbed_cells, key_intervals, key_numbers, settings_check, undisturbed
 
 Text = str | Promise  # a label: usually gettext_lazy, read when shown in the user's language
 Runs = list[tuple[str, dict[str, Any]]]  # (job name, its results), one entry per job drawn
@@ -126,6 +126,9 @@ class LabChecks:
 
     def key_numbers(self, results: dict[str, Any]) -> dict[str, Any]:
         return key_numbers(results, self.keys)
+
+    def key_intervals(self, results: dict[str, Any]) -> dict[str, list[float]]:
+        return key_intervals(results, self.keys)
 
     def lacking(self, results: dict[str, Any], config: Any | None) -> list[str]:
         """What the run lacks of the minimums; a config that no longer reads (None) lacks readable settings."""

@@ -192,7 +192,8 @@ def chart(runs: Runs) -> dict[str, Any]:
                 ys = [c[key] for c in line]
                 look = {"line": {"color": palette.chunk_colour(size)}, "marker": {"symbol": symbol}}
                 group = {"legendgroup": f"{run} {size}", "showlegend": column == 1}  # one colour, one key per size
-                trace = go.Scatter(x=xs, y=ys, text=labels, mode="lines+markers", name=name, **look, **group)
+                bars = {"error_y": charts.interval_bars(line, key)}  # each median's 95 % interval
+                trace = go.Scatter(x=xs, y=ys, text=labels, mode="lines+markers", name=name, **look, **group, **bars)
                 fig.add_trace(trace, 1, column)
     fig.update_xaxes(title_text=_("검색해 넣은 문맥 토큰"))
     fig.update_yaxes(title_text="TTFT (ms)", row=1, col=1)

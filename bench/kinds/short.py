@@ -16,7 +16,7 @@ from typing import Any
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from bench import charts, configs, runner
+from bench import charts, configs, runner, stats
 from bench.kinds import rag_work, registry, speed
 from bench.kinds.cells import cell_summary, median, watched_cell
 from bench.kinds.checks import Check, all_ok, done_cells, not_applicable
@@ -106,6 +106,16 @@ def _saved(normal: dict[str, Any], other: dict[str, Any]) -> float | None:
     return float(100 * (1 - other["median_e2el_ms"] / normal["median_e2el_ms"]))
 
 
+def _saved_ci(normal: dict[str, Any], other: dict[str, Any]) -> list[float] | None:
+    """The 95 % bootstrap interval of the time saved (%), from each answer's end-to-end time."""
+
+    def e2els(cell: dict[str, Any]) -> list[float | None]:
+        return [r.get("e2el") for r in cell.get("requests", []) if r.get("success")]
+
+    share = stats.ratio_ci(e2els(other), e2els(normal))
+    return None if share is None else [100 * (1 - share[1]), 100 * (1 - share[0])]
+
+
 def _caps_of(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted((c for c in cells if str(c.get("cell", "")).startswith("cap_")), key=lambda c: c["max_tokens"])
 
@@ -134,7 +144,11 @@ def summary(cells: list[dict[str, Any]]) -> dict[str, Any]:
     for cell in _caps_of(cells):
         cell["time_saved_pct"] = _saved(normal, cell)
     brief = by.get("brief")
-    return {"time_saved_pct": _saved(normal, brief) if brief else None, "enough_cap": enough_cap(cells)}
+    return {
+        "time_saved_pct": _saved(normal, brief) if brief else None,
+        "time_saved_pct_ci": _saved_ci(normal, brief) if brief else None,
+        "enough_cap": enough_cap(cells),
+    }
 
 
 async def _questions(config: ShortConfig, measured: Measured, session: Session) -> None:

@@ -102,7 +102,9 @@ def lengths_chart(runs: Runs) -> dict[str, Any]:
         for column, points, x_key, y_key, series, fit_key, shift in panels:
             xs = [c[x_key] for c in points]
             name = charts.series_name(run, series, runs)
-            fig.add_trace(go.Scatter(x=xs, y=[c[y_key] for c in points], mode="markers", name=name), 1, column)
+            bars = charts.interval_bars(points, y_key)  # each median's 95 % interval
+            dots = go.Scatter(x=xs, y=[c[y_key] for c in points], mode="markers", name=name, error_y=bars)
+            fig.add_trace(dots, 1, column)
             fit = (results.get("fits") or {}).get(fit_key)
             if fit and xs:
                 # Decode time is fitted against output - 1 (the first token comes with the prefill).

@@ -32,6 +32,8 @@ class Lab:
     slug: str  # the chapter section with the lab's prose
     title: Any
     config: dict[str, Any] = field(default_factory=dict)  # the run button's settings (the job form has all)
+    # The engine timeline's panels that explain this lab, under its requests (``bench.charts.ENGINE_PANELS``).
+    engine_panels: tuple[str, ...] = ()
 
     def _served(self) -> tuple[JobKind, LabChecks]:
         kind = registry.for_lab(self.number)
@@ -69,15 +71,18 @@ class Lab:
     def key_numbers(self, results: Results) -> dict[str, Any]:
         return self._served()[1].key_numbers(results)
 
+    def key_intervals(self, results: Results) -> dict[str, list[float]]:
+        return self._served()[1].key_intervals(results)
+
 
 LABS: dict[int, Lab] = {
     lab.number: lab
     for lab in (
         Lab(1, "lab1-speed", _("실습 1 — 프리필·디코드 속도 재기")),
         Lab(2, "lab2-length-sweep", _("실습 2 — 길이 스윕")),
-        Lab(3, "lab3-load", _("실습 3 — 부하 아래의 서빙")),
+        Lab(3, "lab3-load", _("실습 3 — 부하 아래의 서빙"), engine_panels=("requests", "cache")),
         Lab(4, "lab4-rag-retrieval", _("실습 4 — 검색 크기와 지연")),
-        Lab(5, "lab5-prefix-caching", _("실습 5 — 프리픽스 캐싱")),
+        Lab(5, "lab5-prefix-caching", _("실습 5 — 프리픽스 캐싱"), engine_panels=("cache",)),
         Lab(6, "lab6-short-answers", _("실습 6 — 짧게 답하게 하기")),
     )
 }
@@ -126,6 +131,11 @@ class LabState:
     def key_numbers(self) -> dict[str, Any]:
         """The latest finished run's key numbers."""
         return self.lab.key_numbers(self.checked_job.results or {}) if self.checked_job else {}
+
+    @property
+    def key_intervals(self) -> dict[str, list[float]]:
+        """The 95 % intervals of the latest run's key numbers that have one (by the same labels)."""
+        return self.lab.key_intervals(self.checked_job.results or {}) if self.checked_job else {}
 
     @property
     def shown_job(self) -> Any:

@@ -83,7 +83,11 @@ def lab_page(request: HttpRequest, number: int) -> HttpResponse:
         "section": section_in(lab.slug, language),
         "job": state.job,
         "position": services.queue_position(state.job) if state.job is not None else 0,
-        "charts": charts.charts(lab.job_kind, [(f"#{checked.pk}", checked.results)]) if checked else [],
+        "charts": (
+            charts.charts(lab.job_kind, [(f"#{checked.pk}", checked.results)], engine_panels=lab.engine_panels)
+            if checked
+            else []
+        ),
         "comparison": predict.compare(checked) if checked else None,
         "handed_comparison": predict.compare(handed) if handed else None,
         "failed_advice": any(c.failed for c in state.checks),

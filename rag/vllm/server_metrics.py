@@ -1,20 +1,22 @@
-"""vLLM's Prometheus ``/metrics``: snapshots, deltas over a job cell, peaks while it runs.
+"""vLLM's Prometheus ``/metrics``: snapshots, deltas over a job cell, peaks and a timeline while it runs.
 
-Parsed by hand (the text format is simple); series of one name are summed over
-their labels (model, engine index). Histograms give ``_sum``/``_count``, counters
-``_total`` (METRICS.md, "Server-side counters").
+Parsed with ``prometheus_client``'s text parser (the format's own project); series of
+one name are summed over their labels (model, engine index). Histograms give
+``_sum``/``_count``, counters ``_total`` (METRICS.md, "Server-side counters").
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
+import itertools
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 HISTOGRAMS = (
     "vllm:time_to_first_token_seconds",
@@ -26,17 +28,32 @@ HISTOGRAMS = (
 )
 COUNTERS = ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits")
 GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
-_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEinfNa]+)$")
+
+# The engine timeline: one column per series, one row per sample (METRICS.md, "Engine timeline").
+# Gauges are as sampled; counters are cumulative since the engine started (the chart takes differences).
+TIMELINE_SERIES = {
+    "running": "vllm:num_requests_running",
+    "waiting": "vllm:num_requests_waiting",
+    "kv_cache_usage": "vllm:kv_cache_usage_perc",
+    "prefix_cache_queries": "vllm:prefix_cache_queries_total",
+    "prefix_cache_hits": "vllm:prefix_cache_hits_total",
+    "preemptions": "vllm:num_preemptions_total",
+    "prompt_tokens": "vllm:prompt_tokens_total",
+    "generation_tokens": "vllm:generation_tokens_total",
+    "iteration_tokens_sum": "vllm:iteration_tokens_total_sum",
+    "iteration_tokens_count": "vllm:iteration_tokens_total_count",
+}
+SAMPLE_EVERY_S = 0.2  # AIPerf scrapes every 100 ms; 200 ms keeps the scrape off two busy cores
 
 
 def parse(text: str) -> dict[str, float]:
-    """Every sample summed by metric name (labels dropped)."""
+    """Every sample summed by its name (labels dropped); histogram buckets and ``_created`` left out."""
     values: dict[str, float] = {}
-    for line in text.splitlines():
-        match = _LINE.match(line.strip())
-        if match:
-            name, value = match.group(1), float(match.group(3))
-            values[name] = values.get(name, 0.0) + value
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name.endswith(("_bucket", "_created")):
+                continue
+            values[sample.name] = values.get(sample.name, 0.0) + float(sample.value)
     return values
 
 
@@ -70,14 +87,34 @@ class Peaks:
     busy: float = 0.0  # running + waiting in one sample: every request the engine held at that moment
     samples: int = 0
     errors: list[str] = field(default_factory=list)
+    timeline: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in ("t", *TIMELINE_SERIES)})
+
+    def note(self, values: dict[str, float], at: float) -> dict[str, float]:
+        """One sample taken at ``at`` (``time.perf_counter()``, the clock of the request records)."""
+        self.running = max(self.running, values.get("vllm:num_requests_running", 0.0))
+        self.waiting = max(self.waiting, values.get("vllm:num_requests_waiting", 0.0))
+        self.kv_cache_usage = max(self.kv_cache_usage, values.get("vllm:kv_cache_usage_perc", 0.0))
+        busy = values.get("vllm:num_requests_running", 0.0) + values.get("vllm:num_requests_waiting", 0.0)
+        self.busy = max(self.busy, busy)
+        self.samples += 1
+        self.timeline["t"].append(round(at, 4))
+        for key, name in TIMELINE_SERIES.items():
+            self.timeline[key].append(round(values.get(name, 0.0), 4))
+        return values
+
+
+async def _sample(client: httpx.AsyncClient, peaks: Peaks) -> dict[str, float]:
+    values = await snapshot(client)
+    return peaks.note(values, time.perf_counter())
 
 
 @contextlib.asynccontextmanager
-async def watched(client: httpx.AsyncClient, every_s: float = 0.25) -> AsyncIterator[dict[str, Any]]:
-    """Around a block: the /metrics delta and the peaks of running/waiting requests.
+async def watched(client: httpx.AsyncClient, every_s: float = SAMPLE_EVERY_S) -> AsyncIterator[dict[str, Any]]:
+    """Around a block: the /metrics delta, the peaks of running/waiting requests and the timeline.
 
     ``peak_busy`` is the most requests (running + waiting) the engine held in any one
     sample: above what the block itself had in flight, other traffic shared the engine.
+    ``timeline`` holds every sample (``TIMELINE_SERIES``; ``t`` on the records' clock).
 
     Yields a dict that is filled in when the block ends; a server without
     /metrics gives ``{"error": ...}`` instead and the block runs anyway.
@@ -85,25 +122,16 @@ async def watched(client: httpx.AsyncClient, every_s: float = 0.25) -> AsyncIter
     report: dict[str, Any] = {}
     peaks = Peaks()
 
-    def note(values: dict[str, float]) -> dict[str, float]:
-        peaks.running = max(peaks.running, values.get("vllm:num_requests_running", 0.0))
-        peaks.waiting = max(peaks.waiting, values.get("vllm:num_requests_waiting", 0.0))
-        peaks.kv_cache_usage = max(peaks.kv_cache_usage, values.get("vllm:kv_cache_usage_perc", 0.0))
-        busy = values.get("vllm:num_requests_running", 0.0) + values.get("vllm:num_requests_waiting", 0.0)
-        peaks.busy = max(peaks.busy, busy)
-        peaks.samples += 1
-        return values
-
     async def sample() -> None:
         while True:
             try:
-                note(await snapshot(client))
+                await _sample(client, peaks)
             except (httpx.HTTPError, ValueError) as exc:
                 peaks.errors.append(str(exc))
             await asyncio.sleep(every_s)
 
     try:
-        before = note(await snapshot(client))
+        before = await _sample(client, peaks)
     except (httpx.HTTPError, ValueError) as exc:
         report["error"] = f"/metrics unavailable: {exc}"
         yield report
@@ -116,7 +144,7 @@ async def watched(client: httpx.AsyncClient, every_s: float = 0.25) -> AsyncIter
         with contextlib.suppress(asyncio.CancelledError):
             await sampler
         try:
-            report |= delta(before, note(await snapshot(client)))
+            report |= delta(before, await _sample(client, peaks))
         except (httpx.HTTPError, ValueError) as exc:
             report["error"] = f"/metrics unavailable: {exc}"
         report |= {
@@ -126,7 +154,17 @@ async def watched(client: httpx.AsyncClient, every_s: float = 0.25) -> AsyncIter
             "peak_busy": peaks.busy,
             "samples": peaks.samples,
             "sample_errors": len(peaks.errors),
+            "preemptions": peaks.timeline["preemptions"][-1] - peaks.timeline["preemptions"][0],
+            "timeline": peaks.timeline,
         }
+
+
+def joined(timelines: list[dict[str, list[float]]]) -> dict[str, list[float]]:
+    """Several timelines as one, in time order (a cell measured in several blocks)."""
+    keys = ["t", *TIMELINE_SERIES]
+    columns = [list(itertools.chain.from_iterable(t.get(k, []) for t in timelines)) for k in keys]
+    rows = sorted(zip(*columns, strict=True))
+    return {k: [row[i] for row in rows] for i, k in enumerate(keys)}
 
 
 def merged(reports: list[dict[str, Any]]) -> dict[str, Any]:
@@ -140,6 +178,11 @@ def merged(reports: list[dict[str, Any]]) -> dict[str, Any]:
         out[key] = max(values) if values else None
     queries, hits = out["prefix_cache_queries"], out["prefix_cache_hits"]
     out["prefix_cache_hit_rate"] = hits / queries if queries else None
+    preempted = [r["preemptions"] for r in reports if r.get("preemptions") is not None]
+    out["preemptions"] = sum(preempted) if preempted else None
+    timelines = [r["timeline"] for r in reports if r.get("timeline")]
+    if timelines:
+        out["timeline"] = joined(timelines)
     errors = sorted({r["error"] for r in reports if r.get("error")})
     if errors:
         out["error"] = "; ".join(errors)

@@ -21,7 +21,7 @@ def test_the_runner_measures_the_real_engine_at_a_fixed_concurrency(engine: str)
     model = vllm_client.model_name()
     specs = [runner.RequestSpec(prompt=f"run {i}: " + "token " * 60, max_tokens=8) for i in range(4)]
     result = aio.run(runner.run(specs, base_url=engine, model=model, shape=runner.LoadShape(concurrency=2)))
-    summary = summarize(result.records, duration=result.duration, max_concurrent_requests=result.max_concurrent)
+    summary = summarize(result.records, duration=result.duration, peak_in_flight=result.max_concurrent)
     assert summary["completed"] == 4 and summary["failed"] == 0, [r.error for r in result.records]
     assert summary["total_output_tokens"] == 32  # ignore_eos: exactly max_tokens each
     assert 0 < summary["median_ttft_ms"] < summary["median_e2el_ms"]
@@ -83,6 +83,13 @@ def test_a_load_sweep_job_on_the_real_engine_runs_requests_side_by_side(
     assert done.status == BenchJob.Status.DONE, done.error
     one, four = done.results["cells"]
     assert one["completed"] == four["completed"] == 8
-    assert one["max_concurrent_requests"] == 1 and four["max_concurrent_requests"] == 4
+    assert one["peak_in_flight"] == 1 and four["peak_in_flight"] == 4
+    # The sanity checks on the real engine: λ·W near the concurrency asked, vLLM's own counts beside it.
+    for cell, level in ((one, 1), (four, 4)):
+        little = cell["sanity"]["little"]
+        assert little["target"] == level and abs(little["error_vs_target_pct"]) < 35, little
+        assert cell["sanity"]["preemptions"] == 0  # 8 short requests fit the KV cache
+    assert four["max_concurrent_requests"] >= 4 and four["max_output_tokens_per_s"] > 0
+    assert done.results["sanity"]["preemptions"] == 0
     assert four["server"]["peak_running"] >= 2  # the engine itself saw requests batched together
     assert four["request_throughput"] > one["request_throughput"]  # batching: more requests per second

@@ -308,7 +308,7 @@ def test_a_load_sweep_measures_each_concurrency_with_goodput_and_finds_the_best_
     assert done.status == BenchJob.Status.DONE, done.error
     levels = done.results["cells"]
     assert [c["concurrency"] for c in levels] == [1, 2, 4]
-    assert [c["max_concurrent_requests"] for c in levels] == [1, 2, 4]
+    assert [c["peak_in_flight"] for c in levels] == [1, 2, 4]
     assert all(c["completed"] == 8 and c["request_goodput"] == c["request_throughput"] for c in levels)
     assert done.results["best_concurrency"] == 4 and done.done_requests == 24
     client = Client()

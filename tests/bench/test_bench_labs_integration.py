@@ -58,11 +58,21 @@ def test_each_job_kind_runs_on_the_worker_and_draws_its_charts(
         chart = _figure(page, "job-chart-data")
         assert chart["data"], kind
         timeline = _figure(page, "job-timeline-data")
-        assert len(timeline["data"]) == 4, kind  # type: ignore[arg-type]
+        traces = timeline["data"]
+        assert isinstance(traces, list) and len([t for t in traces if t["type"] == "bar"]) == 4, kind
+        # The real engine's /metrics, sampled while the job ran, under the requests on one time axis.
+        running = next(t for t in traces if t["name"] == "실행 중인 요청")
+        steps = next(t for t in traces if t["name"] == "엔진 스텝당 토큰")
+        assert running["xaxis"] != traces[0]["xaxis"] and steps["x"], kind
+        if kind == "load":  # 16 requests over about 3 s: the 200 ms samples see them running
+            assert max(running["y"]) >= 1 and any(v for v in steps["y"] if v), running
 
     load = states["load"].results
     assert [c["request_rate"] for c in load["cells"]] == [4.0, 8.0]
     assert all(c["completed"] == 8 for c in load["cells"])
+    for cell in load["cells"]:  # at a request rate: the saturation check and the rate achieved
+        assert cell["sanity"]["rising"]["saturated"] in (True, False) and cell["sanity"]["achieved_share"] > 0
+        assert cell["sanity"]["little"]["lambda_w"] > 0
     # One shared opening per level: after its first request the engine reuses its full cached blocks.
     assert any(r["cached_tokens"] >= 128 for c in load["cells"] for r in c["requests"])
 

@@ -154,6 +154,67 @@ def test_a_learner_starts_a_speed_probe_watches_the_progress_bar_and_sees_the_ch
     page.close()
 
 
+def test_a_load_job_page_draws_the_engine_timeline_under_the_requests_and_exports_it(
+    full_stack: str, browser: object
+) -> None:
+    page = browser.new_page(viewport={"width": 1280, "height": 1000})  # type: ignore[attr-defined]
+    page.goto(f"{full_stack}/bench/")
+    page.select_option("select[name=kind]", "load")
+    page.fill("input[name=concurrencies]", "1, 4")
+    page.fill("input[name=input_tokens]", "64")
+    page.fill("input[name=output_tokens]", "16")
+    page.fill("input[name=repeats]", "1")
+    page.click("#start-speed")
+    page.wait_for_selector("#job-state")
+    for _ in range(1800):  # 16 requests on the real engine through the real worker
+        status = page.locator("#job-state").get_attribute("data-status")
+        if status in ("done", "failed", "cancelled"):
+            break
+        page.wait_for_timeout(200)
+    assert page.locator("#job-state").get_attribute("data-status") == "done", page.locator("#job-state").inner_text()
+    page.wait_for_selector("#job-timeline[data-drawn=true]", timeout=10_000)
+    drawn = page.evaluate(
+        """() => {
+          const el = document.getElementById("job-timeline");
+          const names = el.data.map((t) => t.name);
+          const running = el.data.find((t) => t.name === "실행 중인 요청");
+          const axes = Object.keys(el._fullLayout).filter((k) => /^xaxis/.test(k));
+          const titles = [...el.querySelectorAll(".annotation-text")].map((a) => a.textContent);
+          return {names, running: Math.max(...running.y), axes, titles};
+        }"""
+    )
+    assert drawn["names"][:4] == ["클라이언트 대기", "서버 대기", "프리필", "디코드"], drawn
+    assert drawn["running"] >= 1 and len(drawn["axes"]) == 5, drawn  # the engine held the requests it was sent
+    assert "엔진의 요청 수" in drawn["titles"] and "엔진 스텝당 토큰" in drawn["titles"], drawn
+    # One time axis: zooming the bottom panel zooms the requests too.
+    zoomed = page.evaluate(
+        """async () => {
+          const el = document.getElementById("job-timeline");
+          const bottom = Object.keys(el._fullLayout).filter((k) => /^xaxis/.test(k)).sort().pop();
+          await Plotly.relayout(el, {[bottom + ".range"]: [0.5, 1.5]});
+          return el._fullLayout.xaxis.range;
+        }"""
+    )
+    assert zoomed == [0.5, 1.5]
+    with page.expect_download() as download:
+        page.click("text=엔진 타임라인 CSV")
+    lines = Path(download.value.path()).read_text().splitlines()
+    assert lines[0].startswith("cell,t_s,running,waiting,kv_cache_usage") and len(lines) > 10
+    ARTIFACTS.mkdir(exist_ok=True)
+    for language in ("ko", "en"):
+        if language == "en":
+            page.click("button[value=en]")
+            page.wait_for_load_state()
+            page.wait_for_selector("#job-timeline[data-drawn=true]", timeout=10_000)
+            assert "Requests running" in page.locator("#job-timeline").inner_text()
+        for width in (1280, 1920):
+            page.set_viewport_size({"width": width, "height": 1000})
+            page.wait_for_timeout(300)
+            page.screenshot(path=str(ARTIFACTS / f"load-engine-timeline-{language}-{width}.png"), full_page=True)
+    page.click("button[value=ko]")
+    page.close()
+
+
 def test_the_team_demo_sweeps_live_and_asks_two_settings_side_by_side(
     full_stack: str, chapter_indexed: None, browser: object
 ) -> None:

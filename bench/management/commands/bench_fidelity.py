@@ -195,7 +195,7 @@ async def _ours(
     specs = [runner.RequestSpec(prompt=p, max_tokens=output_len) for p in prompts]
     warm = [runner.RequestSpec(prompt=p, max_tokens=output_len) for p in warm_prompts]
     result = await runner.run(specs, base_url=base, model=model, shape=shape, warmup=warm)
-    ours = summarize(result.records, duration=result.duration, max_concurrent_requests=result.max_concurrent)
+    ours = summarize(result.records, duration=result.duration, peak_in_flight=result.max_concurrent)
     first_chunks = sorted((r.first_chunk or 0) * 1000 for r in result.records if r.success)
     return {key: float(ours[key] or 0.0) for _, key in COMPARED} | {
         "completed": ours["completed"],
