@@ -58,6 +58,10 @@ class BenchJob(models.Model):
     # The learner's prediction made with the run, set only by the lab's run form:
     # {"value": float, "unit": str, "what": str, "made_at": ISO time} (null: none made).
     prediction = models.JSONField(null=True, blank=True)
+    # A lab run's outcomes without words, kept so that a class's gradebook need not read every
+    # run's results (labapp.labs.outcomes): {"v": code version, "checks": [[passed, applies]],
+    # "key_numbers", "key_intervals", "measured"}; {} until first read, stale after a code change.
+    lab_summary = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["-created_at"]

@@ -4,16 +4,21 @@ The bundled embedding model (all-MiniLM-L6-v2) is English-only and ranks Korean
 text poorly.  Korean words carry particles (프리필은, 프리필을, 프리필이) that
 defeat whole-word matching, so Korean runs are indexed as character bigrams;
 runs of Latin letters and digits (TTFT, KV, top-k, 1600) stay whole words.
-Pure code (NumPy), no I/O: the index is built from texts the caller fetched.
+Pure code (NumPy): the index is built from texts the caller fetched, and can be saved to
+and opened from a folder (``BM25Index.save`` / ``load``).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
+import shutil
+import tempfile
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -32,19 +37,32 @@ def terms(text: str) -> list[str]:
     return found
 
 
+FORMAT = 1  # the on-disk layout's version: a folder saved by another layout is rebuilt, not read
+
+
 @dataclass
 class BM25Index:
     """BM25 with an inverted index in NumPy arrays: a search touches only the postings of the
     question's terms, vectorised (scanning every document in Python cost 514 ms at 100k
-    chunks). Scores are the same float64 arithmetic, term by term, as the plain formula."""
+    chunks). Scores are the same float64 arithmetic, term by term, as the plain formula.
+
+    The postings are one compressed-sparse-row table (a term's documents are
+    ``positions[offsets[t]:offsets[t + 1]]``), so an index can be saved to a folder and
+    opened again memory-mapped: opening reads the term and id lists, not the postings.
+    Measured side by side with bm25s 0.3.16 at 100k synthetic Korean chunks (two cores):
+    the same top 5 for every question, searches 3.8 ms here against 36 ms there, and both
+    open from disk in milliseconds, so the lab keeps this one.
+    """
 
     k1: float = 1.2
     b: float = 0.75
     ids: list[str] = field(default_factory=list)
-    # term -> (document positions, ascending; how often the term occurs in each)
-    _postings: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    _term_at: dict[str, int] = field(default_factory=dict)
+    _offsets: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))
+    _positions: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
+    _counts: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.float64))
     _lengths: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    _positions: dict[str, int] = field(default_factory=dict)
+    _doc_at: dict[str, int] = field(default_factory=dict)
     _average: float = 1.0
 
     @classmethod
@@ -55,24 +73,79 @@ class BM25Index:
         for doc_id, text in documents.items():
             counts = Counter(terms(text))
             position = len(index.ids)
-            index._positions[doc_id] = position
+            index._doc_at[doc_id] = position
             index.ids.append(doc_id)
             lengths.append(sum(counts.values()))
             for term, count in counts.items():
                 where, how_often = postings.setdefault(term, ([], []))
                 where.append(position)
                 how_often.append(count)
-        index._postings = {
-            term: (np.asarray(where, dtype=np.int64), np.asarray(how_often, dtype=np.float64))
-            for term, (where, how_often) in postings.items()
-        }
+        index._term_at = {term: at for at, term in enumerate(postings)}
+        sizes = [len(where) for where, _counts in postings.values()]
+        index._offsets = np.concatenate(([0], np.cumsum(sizes, dtype=np.int64))).astype(np.int64)
+        index._positions = np.fromiter(
+            (p for where, _c in postings.values() for p in where), dtype=np.int32, count=int(index._offsets[-1])
+        )
+        index._counts = np.fromiter(
+            (c for _w, counts in postings.values() for c in counts), dtype=np.float64, count=int(index._offsets[-1])
+        )
         index._lengths = np.asarray(lengths, dtype=np.float64)
         index._average = (sum(lengths) / len(lengths) or 1.0) if lengths else 1.0
         return index
 
+    # --- on disk ---------------------------------------------------------------------------
+
+    ARRAYS = ("_offsets", "_positions", "_counts", "_lengths")
+
+    def save(self, folder: Path, *, stamp: str = "") -> None:
+        """Write the index into ``folder`` (created; replaced whole, so a reader never sees half of it).
+        ``stamp`` names what it was built from (``load`` opens it only for the same stamp)."""
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        partial = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+        try:
+            for name in self.ARRAYS:
+                np.save(partial / f"{name[1:]}.npy", getattr(self, name))
+            meta = {"format": FORMAT, "stamp": stamp, "k1": self.k1, "b": self.b, "average": self._average}
+            (partial / "index.json").write_text(json.dumps(meta | {"terms": list(self._term_at), "ids": self.ids}))
+            if folder.exists():
+                shutil.rmtree(folder)
+            partial.rename(folder)
+        except BaseException:
+            shutil.rmtree(partial, ignore_errors=True)
+            raise
+
+    @classmethod
+    def load(cls, folder: Path, *, stamp: str = "") -> BM25Index | None:
+        """The index saved in ``folder`` with this ``stamp``, its postings memory-mapped; None when there is
+        none of this format and stamp."""
+        try:
+            meta = json.loads((folder / "index.json").read_text())
+            if meta.get("format") != FORMAT or meta.get("stamp") != stamp:
+                return None
+            arrays = {name: np.load(folder / f"{name[1:]}.npy", mmap_mode="r") for name in cls.ARRAYS}
+        except (OSError, ValueError, KeyError):
+            return None
+        index = cls(k1=float(meta["k1"]), b=float(meta["b"]), ids=list(meta["ids"]))
+        index._term_at = {term: at for at, term in enumerate(meta["terms"])}
+        index._doc_at = {doc_id: at for at, doc_id in enumerate(index.ids)}
+        index._average = float(meta["average"])
+        for name, array in arrays.items():
+            setattr(index, name, array)
+        return index
+
+    # --- searching -------------------------------------------------------------------------
+
+    def _postings(self, term: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """The term's documents (ascending positions) and how often it occurs in each; None when it occurs nowhere."""
+        at = self._term_at.get(term)
+        if at is None:
+            return None
+        low, high = int(self._offsets[at]), int(self._offsets[at + 1])
+        return np.asarray(self._positions[low:high]), np.asarray(self._counts[low:high], dtype=np.float64)
+
     def _idf(self, term: str) -> float:
-        postings = self._postings.get(term)
-        df = len(postings[0]) if postings is not None else 0
+        at = self._term_at.get(term)
+        df = int(self._offsets[at + 1] - self._offsets[at]) if at is not None else 0
         return math.log(1 + (len(self.ids) - df + 0.5) / (df + 0.5))
 
     def search(self, query: str, k: int) -> list[tuple[str, float]]:
@@ -80,7 +153,7 @@ class BM25Index:
             return []
         scores = np.zeros(len(self.ids))
         for term in set(terms(query)):
-            postings = self._postings.get(term)
+            postings = self._postings(term)
             if postings is None:
                 continue
             where, tf = postings
@@ -101,12 +174,12 @@ class BM25Index:
         what the chat's relevance threshold applies to.
         """
         query_terms = set(terms(query))
-        if not query_terms or doc_id not in self._positions:
+        if not query_terms or doc_id not in self._doc_at:
             return 0.0
-        position = self._positions[doc_id]
+        position = self._doc_at[doc_id]
 
         def holds(term: str) -> bool:
-            postings = self._postings.get(term)
+            postings = self._postings(term)
             if postings is None:
                 return False
             at = int(np.searchsorted(postings[0], position))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import logging
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,13 +20,14 @@ from django.db.models import Count, QuerySet, Sum
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from rag import access, chunking, documents, embeddings, vectorstore
+from rag import access, chunking, documents, embeddings, retrieval, vectorstore
 from rag.documents import DocumentRejected
 from rag.models import CHAPTER_COLLECTION as CHAPTER_COLLECTION  # defined with the models, used from here
 from rag.models import Document, IndexedSource
 
 # A running ingestion bumps its row's updated_at this often (embedding one chunk size of a
 # large file takes minutes); one silent for INGEST_STALE_S lost its worker.
+logger = logging.getLogger(__name__)
 INGEST_HEARTBEAT_S = 10.0
 INGEST_STALE_S = 120.0
 
@@ -100,7 +102,17 @@ def chapter_index(*, force: bool = False) -> IndexReport:
         indexed += touched
         skipped += not touched
         chunks += count
+    _lexical_prebuilt(CHAPTER_COLLECTION, chunking.CHUNK_SIZES)
     return IndexReport(indexed, skipped, chunks)
+
+
+def _lexical_prebuilt(collection: str, sizes: tuple[int, ...]) -> None:
+    """Save the collection's lexical indexes now, so that no question waits for one to be built.
+    A failure here only means the first question builds it (as it would have without this)."""
+    try:
+        retrieval.prebuild_lexical(collection, list(sizes))
+    except Exception as exc:  # Chroma down, a read-only folder: the index is built on demand
+        logger.warning("lexical index of %s not prebuilt: %s: %s", collection, type(exc).__name__, exc)
 
 
 # Documents: uploads into a user's collection, ingested by the rag.document_ingest task.
@@ -236,6 +248,7 @@ def document_ingest(*, document: Document, sizes: tuple[int, ...] = chunking.CHU
                 if not current.update(progress=min(progress, 99), chunk_counts=counts, updated_at=timezone.now()):
                     raise DocumentSuperseded(document.source)
             current.update(status=Document.Status.READY, progress=100, chunk_counts=counts)
+        _lexical_prebuilt(document.collection, sizes)
     except DocumentSuperseded:
         if Document.objects.filter(pk=document.pk).exists():
             # The newer run may have finished before this one's last write: one more

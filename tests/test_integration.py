@@ -145,6 +145,35 @@ def test_hybrid_retrieval_finds_korean_answers(chroma_server: str) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
+def test_the_lexical_index_is_saved_once_per_change_and_a_new_process_opens_it_without_a_rebuild(
+    chroma_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rag import retrieval, vectorstore
+    from rag.services import source_index
+
+    name = f"test-{uuid.uuid4().hex[:8]}"
+    metadata = {"language": "ko", "slug": "s", "title": "t"}
+    source_index(
+        collection=name, source="doc", text="프리필은 입력을 한 번에 계산합니다.", metadata=metadata, sizes=(200,)
+    )
+    assert retrieval.prebuild_lexical(name, [200], ("ko",)) == 1  # what the indexing worker does
+    assert retrieval.prebuild_lexical(name, [200], ("ko",)) == 0  # nothing changed: nothing to build
+    retrieval._lexical_cache.clear()  # a web process that has not searched yet
+
+    def no_rebuild(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the saved index was rebuilt from every chunk")
+
+    monkeypatch.setattr(vectorstore, "get_where", no_rebuild)
+    found = retrieval.retrieve("프리필", collection=name, chunk_size=200, top_k=1, language="ko", mode="lexical")
+    assert found.chunks and "프리필" in found.chunks[0].text
+    monkeypatch.undo()
+    source_index(
+        collection=name, source="doc", text="디코드는 출력을 하나씩 생성합니다.", metadata=metadata, sizes=(200,)
+    )
+    assert retrieval.prebuild_lexical(name, [200], ("ko",)) == 1  # a change: built again, once
+
+
+@pytest.mark.django_db(transaction=True)
 def test_re_indexing_an_edited_text_refreshes_the_lexical_index(chroma_server: str) -> None:
     from rag.retrieval import retrieve
     from rag.services import source_index

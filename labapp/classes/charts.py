@@ -23,13 +23,15 @@ def _latest_finished(learners: Iterable[User], kind: str) -> list[tuple[str, str
     jobs = (
         BenchJob.objects.filter(owner_id__in=by_id, kind=kind, status=BenchJob.Status.DONE)
         .order_by("owner_id", "-pk")
-        .only("pk", "owner_id", "engine_url", "results")
+        .only("pk", "owner_id", "engine_url")
     )
     latest: dict[int, Any] = {}
     for job in jobs:
         latest.setdefault(job.owner_id, job)
+    # The results of each learner's latest job only (a second query): not of every earlier run.
+    results = dict(BenchJob.objects.filter(pk__in=[j.pk for j in latest.values()]).values_list("pk", "results"))
     ordered = sorted(latest.items(), key=lambda kv: by_id[kv[0]].username)
-    return [(by_id[owner].username, job.engine_url, job.results or {}) for owner, job in ordered]
+    return [(by_id[owner].username, job.engine_url, results.get(job.pk) or {}) for owner, job in ordered]
 
 
 def _class_charts() -> list[tuple[str, ClassChart]]:

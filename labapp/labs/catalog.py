@@ -17,6 +17,7 @@ from django.utils.translation import gettext_lazy as _
 from bench.kinds import registry
 from bench.kinds.checks import Check, all_passed
 from bench.kinds.registry import JobKind, LabChecks
+from labapp.labs import outcomes
 
 __all__ = ["LABS", "Check", "Lab", "LabState", "Status", "state_for", "states_for"]
 
@@ -118,6 +119,9 @@ class LabState:
     checks: list[Check] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)  # what the checked job lacks of the lab's minimum settings
     submission: Any = None
+    # The checked job's outcomes without words (labapp.labs.outcomes): a gradebook's states stand on
+    # these alone, and then ``checks`` have no names or messages (``states_for(..., words=False)``).
+    summary: dict[str, Any] | None = None
 
     @property
     def passed(self) -> bool:
@@ -130,11 +134,15 @@ class LabState:
     @property
     def key_numbers(self) -> dict[str, Any]:
         """The latest finished run's key numbers."""
+        if self.summary is not None:
+            return dict(self.summary.get("key_numbers") or {})
         return self.lab.key_numbers(self.checked_job.results or {}) if self.checked_job else {}
 
     @property
     def key_intervals(self) -> dict[str, list[float]]:
         """The 95 % intervals of the latest run's key numbers that have one (by the same labels)."""
+        if self.summary is not None:
+            return dict(self.summary.get("key_intervals") or {})
         return self.lab.key_intervals(self.checked_job.results or {}) if self.checked_job else {}
 
     @property
@@ -172,12 +180,19 @@ def stored_check(stored: dict[str, Any]) -> Check:
     )
 
 
-JOB_FIELDS = ("pk", "owner_id", "kind", "lab", "status", "config", "results", "prediction", "engine_url")
+JOB_FIELDS = ("pk", "owner_id", "kind", "lab", "status", "config", "prediction", "engine_url", "lab_summary")
 JOB_TIMES = ("created_at", "started_at", "finished_at", "done_requests", "total_requests")
 
 
-def _runs(ids: list[int], numbers: list[int]) -> tuple[dict[tuple[int, int], Any], dict[tuple[int, int], Any]]:
-    """(latest run, latest finished run) per (user, lab): only jobs made for the lab from its page."""
+def _runs(
+    ids: list[int], numbers: list[int], *, words: bool = True
+) -> tuple[dict[tuple[int, int], Any], dict[tuple[int, int], Any]]:
+    """(latest run, latest finished run) per (user, lab): only jobs made for the lab from its page.
+
+    Every run's row is read but no run's results: a learner may have made many runs, and only
+    the latest finished one per lab is checked (results are tens of kilobytes of JSON each).
+    Without ``words`` even those are read only where the stored outcomes are missing or stale.
+    """
     from bench.models import BenchJob
 
     kinds = {n: LABS[n].job_kind for n in numbers}
@@ -192,27 +207,56 @@ def _runs(ids: list[int], numbers: list[int]) -> tuple[dict[tuple[int, int], Any
         latest.setdefault(key, job)
         if job.status == BenchJob.Status.DONE:
             finished.setdefault(key, job)
+    wanted = [j.pk for j in finished.values() if words or not outcomes.current(j.lab_summary)]
+    results = dict(BenchJob.objects.filter(pk__in=wanted).values_list("pk", "results")) if wanted else {}
+    for job in {*latest.values(), *finished.values()}:
+        if job.pk in results:
+            job.results = results[job.pk]  # the same object may be both the latest and the latest finished
     return latest, finished
 
 
-def states_for(user_ids: Iterable[int], labs: Iterable[int] = tuple(LABS)) -> dict[tuple[int, int], LabState]:
-    """Every (user, lab) state in two queries, however many learners (the gradebook's need)."""
+def _checked(state: LabState, *, words: bool, stale: list[Any]) -> None:
+    """The checked job's checks: computed from its results (and its outcomes stored when they were stale,
+    the job added to ``stale``), or without ``words`` taken from its stored outcomes."""
+    job = state.checked_job
+    if not words and outcomes.current(job.lab_summary):
+        state.summary = job.lab_summary
+        state.checks = outcomes.checks(job.lab_summary)
+        return
+    results, config = job.results or {}, job.config or {}
+    state.checks = state.lab.checks(results, config)
+    state.missing = state.lab.missing(results, config)
+    if not outcomes.current(job.lab_summary):
+        job.lab_summary = outcomes.of(state.lab, results, state.checks)
+        stale.append(job)
+    if not words:
+        state.summary = job.lab_summary
+
+
+def states_for(
+    user_ids: Iterable[int], labs: Iterable[int] = tuple(LABS), *, words: bool = True
+) -> dict[tuple[int, int], LabState]:
+    """Every (user, lab) state in a few queries, however many learners (the gradebook's need).
+
+    ``words=False`` (the gradebook): the states stand on each run's stored outcomes, read
+    without its results; their checks count and pass but have no names or messages.
+    """
     from labapp.models import LabSubmission
 
     ids, numbers = list(user_ids), list(labs)
-    latest, finished = _runs(ids, numbers)
+    latest, finished = _runs(ids, numbers, words=words)
     handed_in = LabSubmission.objects.filter(user_id__in=ids, lab__in=numbers).select_related("job")
+    handed_in = handed_in.defer("job__results")  # its checks and numbers are stored with it
     submissions = {(s.user_id, s.lab): s for s in handed_in}
     states = {}
+    stale: list[Any] = []
     for user_id in ids:
         for number in numbers:
             key = (user_id, number)
             state = LabState(LABS[number], job=latest.get(key), checked_job=finished.get(key))
             state.submission = submissions.get(key)
             if state.checked_job is not None:
-                results, config = state.checked_job.results or {}, state.checked_job.config or {}
-                state.checks = state.lab.checks(results, config)
-                state.missing = state.lab.missing(results, config)
+                _checked(state, words=words, stale=stale)
             if state.submission is not None:
                 state.status = Status.SUBMITTED
             elif state.passed:
@@ -220,6 +264,7 @@ def states_for(user_ids: Iterable[int], labs: Iterable[int] = tuple(LABS)) -> di
             elif state.job is not None:
                 state.status = Status.IN_PROGRESS
             states[key] = state
+    outcomes.save(stale)
     return states
 
 

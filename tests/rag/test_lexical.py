@@ -81,3 +81,37 @@ def test_the_inverted_index_ranks_exactly_as_the_plain_formula_ties_included() -
         return math.log(1 + (len(documents) - df + 0.5) / (df + 0.5))
 
     assert index.coverage("캐시 TTFT", "twin-a") == pytest.approx(idf("캐시") / (idf("캐시") + idf("ttft")))
+
+
+def test_a_saved_index_opens_memory_mapped_and_ranks_as_the_built_one(tmp_path: object) -> None:
+    from pathlib import Path
+
+    folder = Path(str(tmp_path)) / "index"
+    documents = {
+        "prefill": "프리필은 프롬프트 전체를 한 번에 계산합니다.",
+        "decode": "디코드는 토큰을 하나씩 만듭니다. TTFT와 TPOT",
+        "kv": "KV 캐시는 디코드가 다시 계산하지 않게 합니다.",
+    }
+    built = BM25Index.build(documents)
+    built.save(folder, stamp="3:2026-12-01")
+    opened = BM25Index.load(folder, stamp="3:2026-12-01")
+    assert opened is not None and opened.ids == built.ids
+    for question in ("프리필이 뭐야?", "디코드와 KV 캐시", "TTFT", "zebra"):
+        assert opened.search(question, 3) == built.search(question, 3)
+        assert opened.coverage(question, "decode") == built.coverage(question, "decode")
+    assert type(opened._positions).__name__ == "memmap"  # the postings are read from the file when touched
+    assert BM25Index.load(folder, stamp="4:2026-12-02") is None  # built from something else: rebuild
+    assert BM25Index.load(Path(str(tmp_path)) / "nothing", stamp="") is None
+    built.save(folder, stamp="again")  # replaced whole, no partial folder left beside it
+    assert BM25Index.load(folder, stamp="again") is not None
+    assert sorted(p.name for p in folder.parent.iterdir()) == ["index"]
+
+
+def test_an_empty_index_saves_and_opens() -> None:
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as folder:
+        BM25Index.build({}).save(Path(folder) / "empty")
+        opened = BM25Index.load(Path(folder) / "empty")
+        assert opened is not None and opened.search("프리필", 3) == []

@@ -199,3 +199,46 @@ def test_an_empty_class_chart_says_so(learner: User) -> None:
     _job(learner, 1)
     page = _client(teacher).get(f"/classes/{room.pk}/results/").content.decode()
     assert 'id="class-speeds-data"' in page and "아직 끝난 실행이 없습니다" in page
+
+
+def test_the_gradebook_stands_on_stored_outcomes_and_reads_no_results_once_they_are_kept(learner: User) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from labapp.labs import outcomes
+    from labapp.labs.catalog import states_for
+
+    jobs = [_job(learner, n, prediction={"value": 1.0, "unit": "s"}) for n in (1, 3, 5)]
+    with_words = states_for([learner.pk], [1, 3, 5])
+    first = states_for([learner.pk], [1, 3, 5], words=False)  # computes the outcomes once and keeps them
+    for job in jobs:
+        job.refresh_from_db()
+        assert outcomes.current(job.lab_summary) and job.lab_summary["checks"]
+    with CaptureQueriesContext(connection) as queries:
+        again = states_for([learner.pk], [1, 3, 5], words=False)
+    assert not any('"results"' in q["sql"] for q in queries.captured_queries)  # not one run's results read
+    for key, state in again.items():
+        full = with_words[key]
+        assert [(c.passed, c.applies) for c in state.checks] == [(c.passed, c.applies) for c in full.checks]
+        assert state.status == full.status == first[key].status and state.key_numbers == full.key_numbers
+        assert all(c.name == "" for c in state.checks)  # no words: the gradebook shows counts only
+    # The prediction's error in the gradebook comes from the stored measurement, the same as from results.
+    assert predict.compare(again[(learner.pk, 1)].checked_job) == predict.compare(jobs[0])
+
+
+def test_outcomes_made_by_other_code_are_made_again(learner: User, monkeypatch: pytest.MonkeyPatch) -> None:
+    from labapp.labs import outcomes
+    from labapp.labs.catalog import states_for
+
+    job = _job(learner, 5)
+    states_for([learner.pk], [5], words=False)
+    job.refresh_from_db()
+    kept = job.lab_summary["v"]
+    outcomes.version.cache_clear()
+    monkeypatch.setattr(outcomes, "CODE", (*outcomes.CODE, "labapp/labs/views.py"))  # as if the checks changed
+    try:
+        states_for([learner.pk], [5], words=False)
+        job.refresh_from_db()
+        assert job.lab_summary["v"] != kept and outcomes.current(job.lab_summary)
+    finally:
+        outcomes.version.cache_clear()

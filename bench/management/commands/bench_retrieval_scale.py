@@ -60,10 +60,83 @@ def fill(name: str, size: int, *, seed: int = 7) -> float:
     return time.perf_counter() - started
 
 
+def bm25s_side_by_side(name: str, questions: list[str]) -> dict[str, float]:
+    """Our lexical index and bm25s (Lucene's BM25, our Korean terms) on the same chunks: search p50,
+    bm25s's index and open times, and how often both put the same five chunks on top."""
+    import tempfile
+
+    import bm25s
+
+    from rag import retrieval, vectorstore
+    from rag.lexical import terms
+
+    where = retrieval._where(500, "ko")
+    hits = vectorstore.get_where(name, where)
+    ours = retrieval._lexical_index(name, where)
+    started = time.perf_counter()
+    theirs = bm25s.BM25(k1=ours.k1, b=ours.b, method="lucene")
+    theirs.index([terms(hit.document) for hit in hits], show_progress=False)
+    indexed = time.perf_counter() - started
+    with tempfile.TemporaryDirectory() as folder:
+        theirs.save(folder)
+        started = time.perf_counter()
+        theirs = bm25s.BM25.load(folder, mmap=True)
+        opened = time.perf_counter() - started
+        mine_ms, their_ms, same = [], [], 0
+        for question in questions:
+            started = time.perf_counter()
+            mine = [doc_id for doc_id, _score in ours.search(question, 30)]
+            mine_ms.append(1000 * (time.perf_counter() - started))
+            started = time.perf_counter()
+            found, _scores = theirs.retrieve([terms(question)], k=30, show_progress=False, n_threads=1)
+            their_ms.append(1000 * (time.perf_counter() - started))
+            same += len(set(mine[:5]) & {hits[int(i)].id for i in found[0][:5]})
+    return {
+        "lexical_search_p50_ms": round(_percentile(mine_ms, 50), 2),
+        "bm25s_search_p50_ms": round(_percentile(their_ms, 50), 2),
+        "bm25s_index_s": round(indexed, 2),
+        "bm25s_open_s": round(opened, 3),
+        "bm25s_top5_agreement": round(same / (5 * len(questions)), 3) if questions else 0.0,
+    }
+
+
 def _percentile(values: list[float], q: float) -> float:
     from bench.metrics import percentile
 
     return percentile(values, q)
+
+
+def measure(size: int, questions: list[str], *, bm25s: bool) -> dict[str, Any]:
+    """One collection size: filled, its lexical index built as the worker builds it, the first question
+    of a process that has not searched yet, then every question's embed, search and total times."""
+    from rag import retrieval
+
+    name = f"perf-scale-{size}"
+    filled = fill(name, size)
+    started = time.perf_counter()
+    retrieval.prebuild_lexical(name, [500], ("ko",))  # what the indexing worker does after a change
+    prebuilt = time.perf_counter() - started
+    retrieval._lexical_cache.clear()  # a web process that has not searched yet: it opens the saved index
+    started = time.perf_counter()
+    retrieval.retrieve(questions[0], collection=name, chunk_size=500, top_k=5, language="ko")
+    first = time.perf_counter() - started
+    times: dict[str, list[float]] = {"embed": [], "search": [], "total": []}
+    for question in questions:
+        result = retrieval.retrieve(question, collection=name, chunk_size=500, top_k=5, language="ko")
+        times["embed"].append(result.embed_ms)
+        times["search"].append(result.search_ms)
+        times["total"].append(result.retrieval_ms)
+    row: dict[str, Any] = {
+        "chunks": size,
+        "fill_s": round(filled, 1),
+        "lexical_build_s": round(prebuilt, 2),
+        "first_query_s": round(first, 2),
+    }
+    for part, values in times.items():
+        row[f"{part}_p50_ms"] = round(_percentile(values, 50), 1)
+        row[f"{part}_p95_ms"] = round(_percentile(values, 95), 1)
+    row["total_mean_ms"] = round(statistics.mean(times["total"]), 1)
+    return row | (bm25s_side_by_side(name, questions) if bm25s else {})
 
 
 class Command(BaseCommand):
@@ -73,53 +146,33 @@ class Command(BaseCommand):
         parser.add_argument("--sizes", default="1000,10000,100000")
         parser.add_argument("--questions", type=int, default=20)
         parser.add_argument("--json", action="store_true")
+        parser.add_argument("--bm25s", action="store_true", help="also time bm25s on the same chunks, side by side")
 
     def handle(self, *args: Any, **options: Any) -> None:
         from rag.evaluation import load_questions
-        from rag.retrieval import retrieve
 
         try:
             sizes = [int(s) for s in options["sizes"].split(",") if s.strip()]
         except ValueError as exc:
             raise CommandError(f"--sizes: {exc}") from exc
         questions = [q.question for q in load_questions()][: options["questions"]]
-        rows = []
-        for size in sizes:
-            name = f"perf-scale-{size}"
-            filled = fill(name, size)
-            started = time.perf_counter()
-            retrieve(questions[0], collection=name, chunk_size=500, top_k=5, language="ko")  # builds BM25 once
-            first = time.perf_counter() - started
-            embed, search, total = [], [], []
-            for question in questions:
-                result = retrieve(question, collection=name, chunk_size=500, top_k=5, language="ko")
-                embed.append(result.embed_ms)
-                search.append(result.search_ms)
-                total.append(result.retrieval_ms)
-            rows.append(
-                {
-                    "chunks": size,
-                    "fill_s": round(filled, 1),
-                    "first_query_s": round(first, 2),
-                    **{
-                        f"{name}_p50_ms": round(_percentile(v, 50), 1)
-                        for name, v in (("embed", embed), ("search", search), ("total", total))
-                    },
-                    **{
-                        f"{name}_p95_ms": round(_percentile(v, 95), 1)
-                        for name, v in (("embed", embed), ("search", search), ("total", total))
-                    },
-                    "total_mean_ms": round(statistics.mean(total), 1),
-                }
-            )
+        rows = [measure(size, questions, bm25s=options["bm25s"]) for size in sizes]
         if options["json"]:
             self.stdout.write(json.dumps(rows, indent=1))
             return
-        self.stdout.write("chunks   embed p50/p95   search p50/p95   total p50/p95 (ms)   first query (BM25 build)")
+        self.stdout.write(
+            "chunks   embed p50/p95   search p50/p95   total p50/p95 (ms)   first query   lexical build (worker)"
+        )
         for row in rows:
             self.stdout.write(
                 f"{row['chunks']:>7} {row['embed_p50_ms']:>7}/{row['embed_p95_ms']:<7} "
                 f"{row['search_p50_ms']:>8}/{row['search_p95_ms']:<8} "
                 f"{row['total_p50_ms']:>8}/{row['total_p95_ms']:<10} "
-                f"{row['first_query_s']} s"
+                f"{row['first_query_s']:>8} s   {row['lexical_build_s']} s"
             )
+            if "bm25s_search_p50_ms" in row:
+                self.stdout.write(
+                    f"         BM25 search p50: ours {row['lexical_search_p50_ms']} ms, bm25s "
+                    f"{row['bm25s_search_p50_ms']} ms; bm25s index {row['bm25s_index_s']} s, "
+                    f"open {row['bm25s_open_s']} s; same top 5: {row['bm25s_top5_agreement']}"
+                )
