@@ -17,6 +17,7 @@ from django.utils.translation import gettext as _
 
 from labapp.access import learners_of
 from labapp.csvcells import csv_safe
+from labapp.labs import outcomes
 from labapp.labs.catalog import LABS, Lab, LabState, states_for
 from labapp.labs.predict import Comparison, compare
 from labapp.models import Assignment, Classroom
@@ -43,8 +44,16 @@ class Cell:
 
     @property
     def comparison(self) -> Comparison | None:
-        """The learner's prediction made with that job, beside what it measured."""
-        return compare(self.job) if self.job is not None else None
+        """The learner's prediction made with that job, beside what it measured (from the job's stored
+        outcomes when they are current: the gradebook reads no results)."""
+        job = self.job
+        if job is None:
+            return None
+        checked = self.state.checked_job
+        stored = self.state.summary if checked is not None and checked.pk == job.pk else None
+        if stored is None and outcomes.current(job.__dict__.get("lab_summary")):
+            stored = job.lab_summary  # a hand-in's job read with its outcomes (not its results)
+        return compare(job, stored=stored)
 
 
 @dataclass(frozen=True)

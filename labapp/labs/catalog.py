@@ -216,8 +216,8 @@ def _runs(
 
 
 def _checked(state: LabState, *, words: bool, stale: list[Any]) -> None:
-    """The checked job's checks: computed from its results (and its outcomes stored when they were stale,
-    the job added to ``stale``), or without ``words`` taken from its stored outcomes."""
+    """The checked job's checks: without ``words`` from its stored outcomes when they are current, else
+    computed from its results (and, without ``words``, its outcomes made and the job added to ``stale``)."""
     job = state.checked_job
     if not words and outcomes.current(job.lab_summary):
         state.summary = job.lab_summary
@@ -226,10 +226,9 @@ def _checked(state: LabState, *, words: bool, stale: list[Any]) -> None:
     results, config = job.results or {}, job.config or {}
     state.checks = state.lab.checks(results, config)
     state.missing = state.lab.missing(results, config)
-    if not outcomes.current(job.lab_summary):
+    if not words:  # the gradebook: keep the outcomes, the next read needs no results
         job.lab_summary = outcomes.of(state.lab, results, state.checks)
         stale.append(job)
-    if not words:
         state.summary = job.lab_summary
 
 

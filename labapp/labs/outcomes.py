@@ -55,11 +55,11 @@ def of(lab: Any, results: dict[str, Any], checks: list[Check]) -> dict[str, Any]
 
 
 def save(jobs: list[Any]) -> None:
-    """Store the jobs' ``lab_summary`` (set on them) in one query per job, without touching anything else."""
+    """Store the jobs' ``lab_summary`` (set on them), in one query however many, touching nothing else."""
     from bench.models import BenchJob
 
-    for job in jobs:
-        BenchJob.objects.filter(pk=job.pk).update(lab_summary=job.lab_summary)
+    if jobs:
+        BenchJob.objects.bulk_update(jobs, ["lab_summary"])
 
 
 def checks(summary: dict[str, Any]) -> list[Check]:

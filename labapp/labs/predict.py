@@ -189,20 +189,18 @@ class Comparison:
         return 100 * (self.predicted - self.measured) / abs(self.measured)
 
 
-def _measured(job: Any, number: int) -> float | None:
-    """What the run measured of its prediction's target: from its stored outcomes when they are current (the
-    gradebook reads no results), else from its results."""
-    from labapp.labs import outcomes
-
-    summary = job.__dict__.get("lab_summary")  # only when loaded: a job read without it is not queried again
-    if outcomes.current(summary) and "measured" in summary:
-        found = summary["measured"]
+def _measured(job: Any, number: int, stored: dict[str, Any] | None) -> float | None:
+    """What the run measured of its prediction's target: from its stored outcomes when given (the gradebook
+    reads no results), else from its results."""
+    if stored is not None and "measured" in stored:
+        found = stored["measured"]
         return None if found is None else float(found)
     return TARGETS[number].measured(job.results or {})
 
 
-def compare(job: Any) -> Comparison | None:
-    """The job's prediction against its own results (None: no prediction with the run, or no lab)."""
+def compare(job: Any, *, stored: dict[str, Any] | None = None) -> Comparison | None:
+    """The job's prediction against its own results, or against its current stored outcomes (``stored``,
+    ``labapp.labs.outcomes``); None: no prediction with the run, or no lab."""
     prediction = getattr(job, "prediction", None)
     number = getattr(job, "lab", None)
     if not isinstance(prediction, dict) or number not in TARGETS:
@@ -210,7 +208,7 @@ def compare(job: Any) -> Comparison | None:
     value = _number(prediction.get("value"))
     if value is None:
         return None
-    measured = _measured(job, number) if job.status == "done" else None
+    measured = _measured(job, number, stored) if job.status == "done" else None
     kind = registry.for_lab(number)
     config = kind.saved_config(job.config or {}) if kind is not None else None
     what = TARGETS[number].what(config) if config is not None else str(prediction.get("what") or "")  # reader's words

@@ -11,6 +11,7 @@ learner's or the chapter's content and are taken out first.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -49,12 +50,11 @@ def _run_lab(page: object, site: str, number: int) -> None:
         box.fill("2.5")
     page.click("#run-lab")  # type: ignore[attr-defined]
     page.wait_for_selector("#job-state")  # type: ignore[attr-defined]
-    for _ in range(3000):  # the real worker on the real engine
-        if page.locator("#lab-checks").count():  # type: ignore[attr-defined]
-            break
-        page.wait_for_timeout(200)  # type: ignore[attr-defined]
-    else:
-        raise AssertionError(f"lab {number} did not finish: " + page.locator("#lab-run").inner_text())  # type: ignore[attr-defined]
+    deadline = time.monotonic() + 720  # the real worker on the real engine (about 4 min a default run)
+    while not page.locator("#lab-checks").count():  # type: ignore[attr-defined]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"lab {number} did not finish: " + page.locator("#lab-run").inner_text())  # type: ignore[attr-defined]
+        page.wait_for_timeout(500)  # type: ignore[attr-defined]
     comparison = page.locator("#lab-results .prediction")  # type: ignore[attr-defined]
     assert comparison.count() == 1, f"lab {number}: the prediction is not shown beside the measurement"
     assert comparison.get_attribute("data-predicted")

@@ -89,7 +89,8 @@ def test_a_real_answer_streams_token_by_token_with_a_consistent_timing_panel(cha
     assert c["first_chunk_ms"] <= c["ttft_ms"]
     assert tok["prompt"] > 0 and tok["output"] >= len(tokens)  # a token may end mid-character: no text yet
     assert tok["instructions"] + tok["context"] + tok["question"] == tok["prompt"]
-    assert tok["context"] > 0 and tok["cached"] is not None
+    # Cached tokens come with vLLM's final usage chunk, which an answer the guard closed never gets.
+    assert tok["context"] > 0 and (tok["cached"] is not None or t["finish_reason"] == "repeat")
     assert answer["sources"] and all(src["tokens"] > 0 for src in answer["sources"])
     assert "질문: " + QUESTION in answer["prompt"]
     # Saved and reopened: the conversation page carries the same numbers.

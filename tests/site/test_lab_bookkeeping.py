@@ -223,7 +223,8 @@ def test_the_gradebook_stands_on_stored_outcomes_and_reads_no_results_once_they_
         assert state.status == full.status == first[key].status and state.key_numbers == full.key_numbers
         assert all(c.name == "" for c in state.checks)  # no words: the gradebook shows counts only
     # The prediction's error in the gradebook comes from the stored measurement, the same as from results.
-    assert predict.compare(again[(learner.pk, 1)].checked_job) == predict.compare(jobs[0])
+    state = again[(learner.pk, 1)]
+    assert predict.compare(state.checked_job, stored=state.summary) == predict.compare(jobs[0])
 
 
 def test_outcomes_made_by_other_code_are_made_again(learner: User, monkeypatch: pytest.MonkeyPatch) -> None:
