@@ -196,6 +196,13 @@ def test_a_load_job_page_draws_the_engine_timeline_under_the_requests_and_export
         }"""
     )
     assert zoomed == [0.5, 1.5]
+    page.evaluate(
+        """async () => {
+          const el = document.getElementById("job-timeline");
+          const bottom = Object.keys(el._fullLayout).filter((k) => /^xaxis/.test(k)).sort().pop();
+          await Plotly.relayout(el, {[bottom + ".autorange"]: true});
+        }"""
+    )
     with page.expect_download() as download:
         page.click("text=엔진 타임라인 CSV")
     lines = Path(download.value.path()).read_text().splitlines()
