@@ -250,6 +250,7 @@ def test_another_persons_job_page_export_cancel_and_compare_are_not_found(world:
     assert client.get(f"/bench/{world.job.pk}/").status_code == 404
     assert client.get(f"/bench/{world.job.pk}/export.json").status_code == 404
     assert client.get(f"/bench/{world.job.pk}/export.csv").status_code == 404
+    assert client.get(f"/bench/{world.job.pk}/export.engine.csv").status_code == 404
     assert client.post(f"/bench/{world.job.pk}/cancel/").status_code == 404
     assert client.get("/bench/compare/", {"ids": [mine.pk, world.job.pk]}).status_code == 404
     assert f"/bench/{world.job.pk}/" not in client.get("/bench/").content.decode()
@@ -259,6 +260,7 @@ def test_the_owner_reaches_their_job_page_and_export(world: World) -> None:
     client = world.client("learner")
     assert client.get(f"/bench/{world.job.pk}/").status_code == 200
     assert client.get(f"/bench/{world.job.pk}/export.json").json()["status"] == "done"
+    assert client.get(f"/bench/{world.job.pk}/export.engine.csv").content.decode().startswith("cell,t_s,")
 
 
 def test_the_demo_sweep_state_of_another_persons_job_is_not_found(world: World) -> None:
