@@ -177,3 +177,14 @@ def test_a_lab_page_shows_the_engine_panels_that_explain_its_lab() -> None:
     assert len(charts.timeline(_results_with_engine(), ())["data"]) == 4  # type: ignore[index]
     full = charts.timeline(_results_with_engine())
     assert full is not None and len([k for k in full["layout"] if k.startswith("xaxis")]) == 5
+
+
+def test_only_the_lines_the_lab_reads_reach_the_parser() -> None:
+    # A page like vLLM's: hundreds of bucket lines the lab never reads, and a name it does not use.
+    buckets = "".join(f'vllm:time_to_first_token_seconds_bucket{{le="{i}"}} {i}\n' for i in range(500))
+    unused = 'vllm:cache_config_info{block_size="16"} 1.0\n'
+    text = TYPED + buckets + unused + "vllm:time_to_first_token_seconds_sum 2.5\n"
+    values = server_metrics.parse(text)
+    assert set(values) <= server_metrics.WANTED and values["vllm:time_to_first_token_seconds_sum"] == 2.5
+    assert "vllm:cache_config_info" not in values
+    assert server_metrics.parse("") == {} and server_metrics.parse("# HELP only comments\n") == {}
