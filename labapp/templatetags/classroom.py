@@ -86,3 +86,11 @@ def check_mark(check: Any) -> str:
 def check_state(check: Any) -> str:
     """``pass``, ``fail`` or ``na``: the check's class and ``data-passed`` value on a page."""
     return {"✓": "pass", "✗": "fail", "–": "na"}[check_mark(check)]
+
+
+@register.filter
+def settings_text(config: Any) -> str:
+    """A job's saved settings as "key=value …" without its seed ("" when that is all it has)."""
+    if not isinstance(config, dict):
+        return ""
+    return " ".join(f"{key}={value}" for key, value in config.items() if key != "seed")

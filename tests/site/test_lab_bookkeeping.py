@@ -243,3 +243,13 @@ def test_outcomes_made_by_other_code_are_made_again(learner: User, monkeypatch: 
         assert job.lab_summary["v"] != kept and outcomes.current(job.lab_summary)
     finally:
         outcomes.version.cache_clear()
+
+
+def test_a_run_with_only_a_seed_is_named_without_an_empty_settings_gap(learner: User) -> None:
+    _job(learner, 1, config={"seed": 7})
+    page = _client(learner).get("/labs/1/").content.decode()
+    named = page.split('class="job-name"')[1].split("</span>")[0]
+    assert "<code></code>" not in named and " ·  · " not in named and "seed" not in named
+    _job(learner, 1, config={"seed": 8, "repeats": 3})
+    named = _client(learner).get("/labs/1/").content.decode().split('class="job-name"')[1].split("</span>")[0]
+    assert "<code>repeats=3</code>" in named
