@@ -127,6 +127,17 @@ def retrieval_rows(quick: bool) -> list[Row]:
     ]
 
 
+def gradebook_rows(quick: bool) -> list[Row]:
+    options = {"learners": 10 if quick else 30, "runs": 2}
+    r = _run("bench_gradebook", **options)
+    assert isinstance(r, dict)
+    figure = (
+        f"{r['ratio']:.2f} ({r['gradebook_ms']} vs {r['lab_page_ms']} ms, first read {r['gradebook_first_ms']} ms; "
+        f"{r['learners']} learners × {r['labs']} labs × {r['runs_per_lab']} runs)"
+    )
+    return [("gradebook / a lab page (time to render)", figure, _command("bench_gradebook", options))]
+
+
 def decode_rows(quick: bool) -> list[Row]:
     r = _run("bench_decode_bound")
     assert isinstance(r, dict)
@@ -143,7 +154,7 @@ def decode_rows(quick: bool) -> list[Row]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer runs and sizes (a few minutes)")
-    parser.add_argument("--only", default="", help="comma-separated: chat,fidelity,client,retrieval,decode")
+    parser.add_argument("--only", default="", help="comma-separated: chat,fidelity,client,retrieval,decode,gradebook")
     args = parser.parse_args(argv)
     django.setup()
     from django.conf import settings
@@ -158,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         "client": lambda: client_rows(args.quick),
         "retrieval": lambda: retrieval_rows(args.quick),
         "decode": lambda: decode_rows(args.quick),
+        "gradebook": lambda: gradebook_rows(args.quick),
     }
     wanted = [s for s in args.only.split(",") if s] or list(sections)
     unknown = sorted(set(wanted) - set(sections))

@@ -81,10 +81,12 @@ def test_make_perf_turns_each_commands_json_into_table_rows(monkeypatch: pytest.
         "bench_retrieval_scale": [{"chunks": 1000, "total_p50_ms": 40.0, "total_p95_ms": 60.0}],
         "bench_decode_bound": {"ratio": 1.4, "measured_tpot_ms": 28.0, "bound_tpot_ms": 20.0,
                                "weight_bytes": 1.07e9, "read_bandwidth_gb_s": 53.6},
+        "bench_gradebook": {"ratio": 1.52, "gradebook_ms": 469, "lab_page_ms": 308, "gradebook_first_ms": 1200,
+                            "learners": 30, "labs": 6, "runs_per_lab": 2},
     }  # fmt: skip
     monkeypatch.setattr(perf, "_run", lambda command, **options: canned[command])
     rows = perf.chat_rows("http://x", quick=True) + perf.fidelity_rows(quick=True) + perf.client_rows(quick=True)
-    rows += perf.retrieval_rows(quick=True) + perf.decode_rows(quick=True)
+    rows += perf.retrieval_rows(quick=True) + perf.decode_rows(quick=True) + perf.gradebook_rows(quick=True)
     text = {what: figure for what, figure, _ in rows}
     assert text["chat TTFT vs direct vLLM (ratio), shared prefix cached"].startswith("1.210")
     assert "612 prompt tokens" in text["chat TTFT vs direct vLLM (ratio), prefix cache emptied before each"]
@@ -94,6 +96,7 @@ def test_make_perf_turns_each_commands_json_into_table_rows(monkeypatch: pytest.
     assert text["client capacity before client queueing > 1 ms (p50)"].startswith("1 concurrent")
     assert "p95 60.0 ms" in text["retrieval at 1000 chunks (embed + hybrid search)"]
     assert text["measured TPOT / memory-bandwidth bound"].startswith("1.40")
+    assert text["gradebook / a lab page (time to render)"].startswith("1.52 (469 vs 308 ms")
     assert all(command.startswith("python manage.py") for _, _, command in rows)
     with pytest.raises(SystemExit):
         perf.main(["--only", "nonsense"])

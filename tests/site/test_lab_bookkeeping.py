@@ -253,3 +253,23 @@ def test_a_run_with_only_a_seed_is_named_without_an_empty_settings_gap(learner: 
     _job(learner, 1, config={"seed": 8, "repeats": 3})
     named = _client(learner).get("/labs/1/").content.decode().split('class="job-name"')[1].split("</span>")[0]
     assert "<code>repeats=3</code>" in named
+
+
+def test_the_gradebook_benchmark_times_both_pages_and_leaves_nothing_behind(learner: User) -> None:
+    import json as json_module
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from labapp.models import Classroom
+
+    for number in LABS:
+        _job(learner, number)
+    out = StringIO()
+    call_command("bench_gradebook", learners=3, runs=1, times=1, json=True, stdout=out)
+    row = json_module.loads(out.getvalue())
+    assert row["learners"] == 3 and row["labs"] == 6 and row["gradebook_ms"] > 0 and row["lab_page_ms"] > 0
+    assert row["ratio"] == pytest.approx(row["gradebook_ms"] / row["lab_page_ms"], abs=0.01)
+    assert not User.objects.filter(username__startswith="bench-gradebook").exists()
+    assert not Classroom.objects.filter(name__startswith="bench-gradebook").exists()
+    assert BenchJob.objects.count() == 6  # only the learner's own runs are left
