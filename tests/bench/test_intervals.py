@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -44,7 +45,7 @@ def test_overlap_is_the_noise_verdict() -> None:
     assert stats.overlaps(None, [1, 2]) is None
 
 
-def _cell(name: str, ttfts: list[float], **more: object) -> dict[str, object]:
+def _cell(name: str, ttfts: list[float], **more: Any) -> dict[str, Any]:
     requests = [{"success": True, "ttft": t, "e2el": t * 3, "t_send": 1.0 + i} for i, t in enumerate(ttfts)]
     ms = [1000 * t for t in ttfts]
     cell = {"cell": name, "completed": len(ttfts), "requests": requests, "median_ttft_ms": statistics.median(ms)}
