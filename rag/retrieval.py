@@ -75,8 +75,8 @@ def _where(chunk_size: int, language: str | None) -> dict[str, Any]:
     return clauses[0] if len(clauses) == 1 else {"$and": clauses}
 
 
-def _lexical_key(name: str, where: dict[str, Any]) -> tuple[str, str]:
-    """The index's cache key and the stamp of what it must be built from.
+def _lexical_key(name: str, where: dict[str, Any]) -> tuple[str, int, str]:
+    """The index's cache key, how many chunks match ``where``, and the stamp of what it must be built from.
 
     A change is a different chunk count in Chroma or a newer indexing time in the
     database: re-indexing an edited text can keep its chunk count.
@@ -87,7 +87,8 @@ def _lexical_key(name: str, where: dict[str, Any]) -> tuple[str, str]:
 
     key = f"{name}:{sorted(where.items())!r}"
     latest = IndexedSource.objects.filter(collection=name).aggregate(latest=Max("indexed_at"))["latest"]
-    return key, f"{vectorstore.count(name, where)}:{latest}"
+    count = vectorstore.count(name, where)
+    return key, count, f"{count}:{latest}"
 
 
 def lexical_folder(key: str) -> Path:
@@ -106,20 +107,26 @@ def _lexical_index(name: str, where: dict[str, Any]) -> lexical.BM25Index:
     memory-mapped). The indexing worker builds it after each change (``prebuild_lexical``),
     so no question waits for a build.
     """
-    key, stamp = _lexical_key(name, where)
+    key, _count, stamp = _lexical_key(name, where)
+    return _opened_or_built(name, where, key, stamp)[0]
+
+
+def _opened_or_built(name: str, where: dict[str, Any], key: str, stamp: str) -> tuple[lexical.BM25Index, bool]:
+    """The index for ``stamp`` from this process's copy, the disk or a build (saved); whether it was built."""
     with _lexical_lock:
         cached = _lexical_cache.get(key)
         if cached and cached[0] == stamp:
-            return cached[1]
+            return cached[1], False
     folder = lexical_folder(key)
     index = lexical.BM25Index.load(folder, stamp=stamp)
+    built = index is None
     if index is None:
         index = lexical.BM25Index.build({hit.id: hit.document for hit in vectorstore.get_where(name, where)})
         with contextlib.suppress(OSError):  # a read-only data folder: this process keeps its own copy
             index.save(folder, stamp=stamp)
     with _lexical_lock:
         _lexical_cache[key] = (stamp, index)
-    return index
+    return index, built
 
 
 def prebuild_lexical(name: str, chunk_sizes: list[int], languages: tuple[str | None, ...] = (None, "ko", "en")) -> int:
@@ -129,10 +136,9 @@ def prebuild_lexical(name: str, chunk_sizes: list[int], languages: tuple[str | N
     for size in chunk_sizes:
         for language in languages:
             where = _where(size, language)
-            key, stamp = _lexical_key(name, where)
-            if vectorstore.count(name, where) and lexical.BM25Index.load(lexical_folder(key), stamp=stamp) is None:
-                _lexical_index(name, where)
-                built += 1
+            key, count, stamp = _lexical_key(name, where)
+            if count:
+                built += _opened_or_built(name, where, key, stamp)[1]
     return built
 
 
