@@ -53,6 +53,25 @@ class EngineInfo:
     models: list[str]
 
 
+# What an httpx error with no text of its own means (a dropped connection raises ReadError("")).
+_WHEN_SILENT = {
+    "ReadError": "the connection closed while the answer was being read",
+    "WriteError": "the connection closed while the request was being sent",
+    "RemoteProtocolError": "the server closed the connection mid-answer",
+    "ConnectError": "could not connect",
+    "ReadTimeout": "no data within the read timeout",
+    "ConnectTimeout": "could not connect within the timeout",
+}
+
+
+def explain(exc: BaseException) -> str:
+    """``"ReadError: the connection closed …"``: the class and its text, or what the class means
+    when the exception carries no text (so an error message never ends in an empty reason)."""
+    name = type(exc).__name__
+    text = str(exc).strip() or _WHEN_SILENT.get(name, "no further detail")
+    return f"{name}: {text}"
+
+
 def base_url() -> str:
     return str(settings.VLLM_BASE_URL)
 
@@ -99,7 +118,7 @@ def _unreachable(url: str, exc: BaseException, timeout: float) -> EngineUnavaila
         return EngineUnavailable(
             f"vLLM at {url}: no answer within {timeout:g} s", reason="timeout", detail=type(exc).__name__
         )
-    return EngineUnavailable(f"vLLM at {url}: {type(exc).__name__}: {exc}", detail=type(exc).__name__)
+    return EngineUnavailable(f"vLLM at {url}: {explain(exc)}", detail=type(exc).__name__)
 
 
 def _answered(response: httpx.Response, url: str) -> httpx.Response:
@@ -213,7 +232,7 @@ async def engine_model(url: str) -> str:
             response.raise_for_status()
             return str(response.json()["data"][0]["id"])
     except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
-        raise EngineUnavailable(f"vLLM at {url}: {type(exc).__name__}: {exc}") from exc
+        raise EngineUnavailable(f"vLLM at {url}: {explain(exc)}") from exc
 
 
 def model_name() -> str:
@@ -342,7 +361,7 @@ async def count_tokens(texts: list[str], *, model: str, client: httpx.AsyncClien
 
         return list(await asyncio.gather(*(one(text) for text in texts)))
     except httpx.HTTPError as exc:
-        raise EngineUnavailable(f"vLLM at {base_url()}: {type(exc).__name__}: {exc}") from exc
+        raise EngineUnavailable(f"vLLM at {base_url()}: {explain(exc)}") from exc
 
 
 async def reset_prefix_cache(client: httpx.AsyncClient) -> str:
@@ -351,7 +370,7 @@ async def reset_prefix_cache(client: httpx.AsyncClient) -> str:
     try:
         response = await client.post("/reset_prefix_cache", timeout=_SHORT)
     except httpx.HTTPError as exc:
-        return f"error: {type(exc).__name__}: {exc}"
+        return f"error: {explain(exc)}"
     if response.status_code in (404, 405):
         return "unsupported"
     if response.status_code != 200:
@@ -380,7 +399,7 @@ async def has_chat_template(model: str, *, client: httpx.AsyncClient | None = No
                 "/tokenize", json={"model": model, "messages": [{"role": "user", "content": "hi"}]}, timeout=_SHORT
             )
         except httpx.HTTPError as exc:
-            raise EngineUnavailable(f"vLLM at {base_url()}: {type(exc).__name__}: {exc}") from exc
+            raise EngineUnavailable(f"vLLM at {base_url()}: {explain(exc)}") from exc
         _chat_template[key] = response.status_code == 200
     return _chat_template[key]
 
@@ -427,7 +446,7 @@ async def _stream(
                 if answered or attempt == 2:
                     raise
     except (httpx.HTTPError, json.JSONDecodeError) as exc:
-        record.error = f"{type(exc).__name__}: {exc} (vLLM at {base_url()})"
+        record.error = f"{explain(exc)} (vLLM at {base_url()})"
     finally:
         record.t_end = time.perf_counter()
     return record

@@ -119,3 +119,13 @@ def test_a_stream_broken_after_the_answer_began_is_not_sent_again() -> None:
     record = aio.run(go())
     assert calls == [1] and not record.success
     assert record.error is not None and "ReadError" in record.error and record.generated_text == "절반"
+
+
+def test_an_error_without_text_is_still_explained() -> None:
+    # A connection the engine drops when it dies raises ReadError("") in httpx: the job's error
+    # once read "vLLM at …: ReadError: " and said nothing of what happened.
+    assert vllm_client.explain(httpx.ReadError("")) == (
+        "ReadError: the connection closed while the answer was being read"
+    )
+    assert vllm_client.explain(httpx.ConnectError("[Errno 111] refused")) == "ConnectError: [Errno 111] refused"
+    assert vllm_client.explain(KeyError()) == "KeyError: no further detail"
