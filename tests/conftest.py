@@ -107,6 +107,18 @@ class ServiceFaults:
             self.restart(name)
 
 
+@pytest.fixture(autouse=True)
+def _korean_by_default() -> Iterator[None]:
+    """Each test starts in the default language: a request through the test client leaves its
+    language active in the thread, so an English page in one test made the next test's messages
+    English (a subset of the suite failed on "caps … 작아야" that way)."""
+    from django.utils import translation
+
+    translation.activate(settings.LANGUAGE_CODE)
+    yield
+    translation.deactivate()
+
+
 @pytest.fixture
 def service_faults() -> Iterator[ServiceFaults]:
     faults = ServiceFaults()

@@ -21,7 +21,7 @@ from django.core.management import call_command
 from django.test import Client
 
 from bench import kinds, scripted_server
-from bench.kinds import registry, retrieval, sweep
+from bench.kinds import registry, retrieval, short, sweep
 from bench.kinds.cells import watched_cell
 from bench.kinds.checks import all_passed
 from bench.kinds.load import LoadConfig
@@ -127,10 +127,15 @@ def _answers(ids: tuple[str, ...] = ("q0", "q1", "q2")) -> list[dict[str, Any]]:
     return [{"id": i, "question": f"{i}?", "answer": "…", "coverage": 0.8} for i in ids]
 
 
+def _asked(output: float, decode: float) -> list[dict[str, Any]]:
+    """A cell's request rows, one per question of ``_answers`` (TTFT 2 s, then ``decode`` ms)."""
+    return [{"success": True, "output_tokens": output, "e2el": 2 + decode / 1000} for _ in _answers()]
+
+
 def _short() -> Run:
     def short(cell: str, max_tokens: int, output: float, decode: float, coverage: float) -> dict[str, Any]:
         fields = {"median_output_tokens": output, "median_decode_ms": decode, "answer_coverage": coverage}
-        return _cell(cell=cell, max_tokens=max_tokens, answers=_answers(), **fields)
+        return _cell(cell=cell, max_tokens=max_tokens, answers=_answers(), requests=_asked(output, decode), **fields)
 
     cells = [
         short("normal", 160, 160.0, 11000.0, 0.8),
@@ -245,7 +250,7 @@ MUTATIONS: list[tuple[str, str, Mutation]] = [
     ("prefix", SETTINGS, _configured(contexts=0)),
     ("prefix", QUIET, DISTURBED),
     ("short", ALL_OK, FAILED_REQUEST),
-    ("short", "짧게 답하라는 지시만으로 출력 토큰이 줄어듦 (상한 없이)", _in_cell(1, median_output_tokens=160.0)),
+    ("short", "짧게 답하라는 지시만으로 출력 토큰이 줄어듦 (상한 없이)", _in_cell(1, requests=_asked(160.0, 1300.0))),
     ("short", "전체 시간이 줄어듦", _set(time_saved_pct=-4.0)),
     ("short", "짧게 지시한 답도 근거를 지킴 (보통 답 근거 포함률의 70% 이상)", _in_cell(1, answer_coverage=0.5)),
     ("short", "상한을 낮추면 출력 토큰과 디코드 시간이 줄어듦", _in_cell(2, median_decode_ms=12000.0)),
@@ -342,7 +347,7 @@ def test_lab6_evidence_checks_still_fail_when_the_normal_answers_hold_it_and_the
 
 def test_lab6_fewer_tokens_under_the_cap_alone_do_not_pass_the_instruction_check() -> None:
     results, config = _short()
-    results["cells"][1]["median_output_tokens"] = 160.0  # the base model ignores "answer briefly"
+    results["cells"][1]["requests"] = _asked(160.0, 11000.0)  # the base model ignores "answer briefly"
     checked = _checked("short", (results, config))
     assert not checked["짧게 답하라는 지시만으로 출력 토큰이 줄어듦 (상한 없이)"].passed
     assert checked["전체 시간이 줄어듦"].passed  # the cap still cuts the time
@@ -626,3 +631,26 @@ def test_when_even_the_lowest_load_misses_the_slo_the_advice_says_the_machine_wa
     results["cells"][0] |= {"median_tpot_ms": 241.0, "median_ttft_ms": 1468.0}
     check = _checked("load", (results, config))["SLO를 지키는 가장 높은 부하를 찾음"]
     assert not check.passed and "가장 낮은 부하(1)에서도 SLO를 넘었습니다" in check.advice and "CPU" in check.advice
+
+
+def test_lab6_compares_the_brief_answers_question_by_question() -> None:
+    """Medians over different questions let one long answer decide (41 → 41 tokens over 8/41/160 and
+    5/41/160 failed a run whose brief answers were shorter on one question and as long on two)."""
+    results, config = _short()
+    normal, brief = results["cells"][0], results["cells"][1]
+
+    def rows(*asked: tuple[int, float]) -> list[dict[str, Any]]:
+        return [{"success": True, "output_tokens": n, "e2el": e} for n, e in asked]
+
+    normal["requests"] = rows((8, 3.0), (41, 8.0), (160, 26.0))
+    brief["requests"] = rows((5, 2.5), (41, 8.2), (160, 26.1))
+    checked = _checked("short", (results, config))
+    assert checked["짧게 답하라는 지시만으로 출력 토큰이 줄어듦 (상한 없이)"].passed
+    assert "짧아짐 1 · 길어짐 0 · 같음 2" in checked["짧게 답하라는 지시만으로 출력 토큰이 줄어듦 (상한 없이)"].message
+    assert short.shorter_longer(normal, brief) == (1, 0, 2)
+    # The time saved is the median of each question's own saving: 16.7 %, -2.5 %, -0.4 % → -0.4 %.
+    assert short.summary(results["cells"])["time_saved_pct"] == pytest.approx(-100 * 0.1 / 26.0)
+    # One question answered by only one variant (a failed request) is left out of the pairs.
+    brief["requests"][2]["success"] = False
+    assert short.shorter_longer(normal, brief) == (1, 0, 1)
+    assert len(short.pairs(normal, brief)) == 2
