@@ -112,6 +112,26 @@ def client_rows(quick: bool) -> list[Row]:
     return [("client capacity before client queueing > 1 ms (p50)", figure, command)]
 
 
+def race_rows(quick: bool) -> list[Row]:
+    """A row per concurrency level: our runner's added TTFT, vllm bench serve's, and the ratio."""
+    options: dict[str, Any] = {"levels": "1,4,16,64,256", "requests": 64 if quick else 128, "rounds": 1 if quick else 2}
+    r = _run("bench_client_race", **options)
+    assert isinstance(r, dict)
+    command = _command("bench_client_race", options)
+    rows = []
+    for row in r["levels"]:
+        ours, theirs = row["ours"]["added_ttft_ms"]["p50"], row["vllm"]["added_ttft_ms"]["p50"]
+        ratio = "—" if row["ratio"] is None else f"{row['ratio']:.2f}"
+        rows.append(
+            (
+                f"added TTFT at concurrency {row['concurrency']}: ours / vllm bench serve (scripted server)",
+                f"{ratio} ({ours:.1f} vs {theirs:.1f} ms p50)",
+                command,
+            )
+        )
+    return rows
+
+
 def retrieval_rows(quick: bool) -> list[Row]:
     options = {"sizes": "1000,10000" if quick else "1000,10000,100000", "questions": 20}
     rows = _run("bench_retrieval_scale", **options)
@@ -154,7 +174,9 @@ def decode_rows(quick: bool) -> list[Row]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer runs and sizes (a few minutes)")
-    parser.add_argument("--only", default="", help="comma-separated: chat,fidelity,client,retrieval,decode,gradebook")
+    parser.add_argument(
+        "--only", default="", help="comma-separated: chat,fidelity,client,race,retrieval,decode,gradebook"
+    )
     args = parser.parse_args(argv)
     django.setup()
     from django.conf import settings
@@ -167,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         "chat": lambda: chat_rows(f"http://127.0.0.1:{settings.WEB_PORT}", args.quick),
         "fidelity": lambda: fidelity_rows(args.quick),
         "client": lambda: client_rows(args.quick),
+        "race": lambda: race_rows(args.quick),
         "retrieval": lambda: retrieval_rows(args.quick),
         "decode": lambda: decode_rows(args.quick),
         "gradebook": lambda: gradebook_rows(args.quick),

@@ -79,6 +79,11 @@ def test_make_perf_turns_each_commands_json_into_table_rows(monkeypatch: pytest.
             {"concurrency": 1, "first": {"client_queue_ms": {"p50": 0.15}}, "requests_per_s": 7.9},
             {"concurrency": 8, "first": {"client_queue_ms": {"p50": 2.4}}, "requests_per_s": 57.7}]},
         "bench_retrieval_scale": [{"chunks": 1000, "total_p50_ms": 40.0, "total_p95_ms": 60.0}],
+        "bench_client_race": {"levels": [
+            {"concurrency": 1, "ratio": 0.9, "ours": {"added_ttft_ms": {"p50": 1.8}},
+             "vllm": {"added_ttft_ms": {"p50": 2.0}}},
+            {"concurrency": 256, "ratio": None, "ours": {"added_ttft_ms": {"p50": 9.0}},
+             "vllm": {"added_ttft_ms": {"p50": 0.0}}}]},
         "bench_decode_bound": {"ratio": 1.4, "measured_tpot_ms": 28.0, "bound_tpot_ms": 20.0,
                                "weight_bytes": 1.07e9, "read_bandwidth_gb_s": 53.6},
         "bench_gradebook": {"ratio": 1.52, "gradebook_ms": 469, "lab_page_ms": 308, "gradebook_first_ms": 1200,
@@ -87,6 +92,7 @@ def test_make_perf_turns_each_commands_json_into_table_rows(monkeypatch: pytest.
     monkeypatch.setattr(perf, "_run", lambda command, **options: canned[command])
     rows = perf.chat_rows("http://x", quick=True) + perf.fidelity_rows(quick=True) + perf.client_rows(quick=True)
     rows += perf.retrieval_rows(quick=True) + perf.decode_rows(quick=True) + perf.gradebook_rows(quick=True)
+    rows += perf.race_rows(quick=True)
     text = {what: figure for what, figure, _ in rows}
     assert text["chat TTFT vs direct vLLM (ratio), shared prefix cached"].startswith("1.210")
     assert "612 prompt tokens" in text["chat TTFT vs direct vLLM (ratio), prefix cache emptied before each"]
@@ -97,6 +103,8 @@ def test_make_perf_turns_each_commands_json_into_table_rows(monkeypatch: pytest.
     assert "p95 60.0 ms" in text["retrieval at 1000 chunks (embed + hybrid search)"]
     assert text["measured TPOT / memory-bandwidth bound"].startswith("1.40")
     assert text["gradebook / a lab page (time to render)"].startswith("1.52 (469 vs 308 ms")
+    race = "added TTFT at concurrency %d: ours / vllm bench serve (scripted server)"
+    assert text[race % 1] == "0.90 (1.8 vs 2.0 ms p50)" and text[race % 256].startswith("—")
     assert all(command.startswith("python manage.py") for _, _, command in rows)
     with pytest.raises(SystemExit):
         perf.main(["--only", "nonsense"])

@@ -15,22 +15,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
 import statistics
-import subprocess
-import tempfile
-import threading
-from pathlib import Path
 from typing import Any
 
-import psutil
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from bench import runner
+from bench.management import reference
 from bench.metrics import summarize
 from bench.workloads import synthetic_prompts
-from labapp.ops.stack.components import ENGINE_PYTHON, ROOT, embedded_model_dir
+from labapp.ops.stack.components import ENGINE_PYTHON, embedded_model_dir
 from rag.vllm import client as vllm_client
 
 COMPARED = [
@@ -93,92 +88,21 @@ class Command(BaseCommand):
                 self.stdout.write(f"  {r['first']:<6}" + "".join(f"{x:>8.3f}" for x in ratios))
 
 
-RUN_LIMIT_S = 1800  # vllm bench serve is killed past this
-
-
-def _cpu_s(process: psutil.Process) -> float:
-    """User + system CPU seconds a process has used so far (0 when it is gone)."""
-    try:
-        times = process.cpu_times()
-    except psutil.NoSuchProcess:
-        return 0.0
-    return float(times.user + times.system)
-
-
-def _run_vllm_bench_serve(command: list[str]) -> tuple[int, str, float]:
-    """Run vLLM's client; returns (exit code, its output, CPU seconds it used during the main run).
-
-    The CPU is read when the client prints that the main run starts and again when it
-    prints its result table, so its imports and start-up are not counted. The whole run
-    is bounded by RUN_LIMIT_S.
-    """
-    process = subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "VLLM_NO_USAGE_STATS": "1", "PYTHONUNBUFFERED": "1"},
-    )
-    watchdog = threading.Timer(RUN_LIMIT_S, process.kill)
-    watchdog.start()
-    try:
-        assert process.stdout is not None
-        client = psutil.Process(process.pid)
-        lines: list[str] = []
-        began = ended = 0.0
-        for line in process.stdout:
-            lines.append(line)
-            if "Starting main benchmark run" in line:
-                began = _cpu_s(client)
-            elif "Serving Benchmark Result" in line and not ended:
-                ended = _cpu_s(client)
-        code = process.wait()
-    finally:
-        watchdog.cancel()
-    if code == -signal.SIGKILL:
-        lines.append(f"\nkilled after {RUN_LIMIT_S} s")
-    return code, "".join(lines), ended - began if began and ended > began else 0.0
-
-
 async def _theirs(
     options: dict[str, Any], prompts: list[str], *, base: str, model: str, tokenizer: str
 ) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="fidelity-") as folder:
-        dataset = Path(folder) / "prompts.jsonl"
-        dataset.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in prompts))
-        command = [
-            str(ENGINE_PYTHON),
-            "-P",  # not bench/ on sys.path: bench/selectors.py would shadow the standard library's selectors
-            str(ROOT / "bench" / "vllm_bench_serve.py"),
-            "--",
-            "--backend", "openai",
-            "--base-url", base,
-            "--endpoint", "/v1/completions",
-            "--model", model,
-            "--tokenizer", tokenizer,
-            "--dataset-name", "custom",
-            "--dataset-path", str(dataset),
-            "--custom-output-len", str(options["output_len"]),
-            "--skip-chat-template",
-            "--disable-shuffle",
-            "--num-prompts", str(len(prompts)),
-            "--max-concurrency", str(options["concurrency"]),
-            "--request-rate", "inf",
-            "--ignore-eos",
-            # Ours decodes greedily (temperature 0); vLLM's client no longer does by default, and
-            # sampling over Gemma 3's 262k-token vocabulary made its TPOT 5-25 % slower here.
-            "--temperature", "0",
-            "--percentile-metrics", "ttft,tpot,itl,e2el",
-            "--metric-percentiles", "50,90,95,99",
-            "--save-result",
-            "--save-detailed",
-            "--result-dir", folder,
-            "--result-filename", "vllm.json",
-        ]  # fmt: skip
-        code, output, cpu_s = await asyncio.to_thread(_run_vllm_bench_serve, command)
-        if code != 0:
-            raise CommandError(f"vllm bench serve failed ({code}):\n{output[-3000:]}")
-        theirs = json.loads((Path(folder) / "vllm.json").read_text())
+    try:
+        theirs, cpu_s = await asyncio.to_thread(
+            reference.run,
+            prompts,
+            base=base,
+            model=model,
+            tokenizer=tokenizer,
+            output_len=options["output_len"],
+            concurrency=options["concurrency"],
+        )
+    except reference.ReferenceFailed as exc:
+        raise CommandError(str(exc)) from exc
     input_lens = theirs.get("input_lens") or []
     return {key: float(theirs.get(key) or 0.0) for _, key in COMPARED} | {
         "completed": theirs.get("completed"),
