@@ -102,6 +102,10 @@ def form_field(name: str, field: Field, users: list[JobKind], shown: str) -> for
     defaults = {kind.name: shown_default(kind, name) for kind in users}
     default = defaults.get(shown, next(iter(defaults.values())))
     attrs = {"data-kinds": " ".join(defaults), "data-defaults": json.dumps(defaults)}
+    declared = {kind.name: next(f for f in kind.fields if f.name == name) for kind in users}
+    when = {k: {"field": f.when[0], "values": list(f.when[1])} for k, f in declared.items() if f.when}
+    if when:  # shown only while the setting it depends on has one of these values (bench.js)
+        attrs["data-when"] = json.dumps(when)
     common: dict[str, Any] = {"label": field.label, "required": False, "help_text": help_text(field)}
     made: forms.Field
     widget: forms.Widget

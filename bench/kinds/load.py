@@ -8,7 +8,7 @@ prompts, or a custom JSONL file. A cancel takes effect between levels.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
@@ -114,32 +114,46 @@ def ramp_label(start: float, end: float) -> str:
     return _("램프 %(start)s → %(end)s req/s") % {"start": f"{start:g}", "end": f"{end:g}"}
 
 
+# Which settings the form shows for which choice (the rest are read and checked all the same).
+BY_RATE = ("mode", ("rate", "ramp"))
+RAMP = ("mode", ("ramp",))
+MADE_UP = ("workload", ("synthetic", "shared_prefix"))
+SHARED = ("workload", ("shared_prefix",))
+RAG = ("workload", ("rag",))
+
 FIELDS = (
     Field("repeats", gettext_lazy("반복 횟수"), "integer", low=1, high=20),  # 8 × repeats requests per level
     Field("mode", gettext_lazy("부하 방식"), "choice", choices=MODES),
-    Field("concurrencies", gettext_lazy("동시성 단계들"), "integers", low=1, high=512),
-    Field("rates", gettext_lazy("요청률 단계들 (req/s)"), "reals", low=0.01, high=1000),
-    Field("burstiness", gettext_lazy("버스트 정도 (1 = 포아송)"), "real", low=0.05, high=100),
-    Field("at_saturation", gettext_lazy("요청률이 포화를 넘으면"), "choice", choices=AT_SATURATION),
-    Field("ramp_strategy", gettext_lazy("램프 모양"), "choice", choices=RAMP_STRATEGIES),
-    Field("ramp_start_rps", gettext_lazy("램프 시작 요청률 (req/s)"), "real", low=0.01, high=1000),
-    Field("ramp_end_rps", gettext_lazy("램프 끝 요청률 (req/s)"), "real", low=0.01, high=1000),
-    Field("ramp_requests", gettext_lazy("램프의 요청 수"), "integer", low=8, high=5000),
+    Field("concurrencies", gettext_lazy("동시성 단계들"), "integers", low=1, high=512, when=("mode", ("concurrency",))),
+    Field("rates", gettext_lazy("요청률 단계들 (req/s)"), "reals", low=0.01, high=1000, when=("mode", ("rate",))),
+    Field("burstiness", gettext_lazy("버스트 정도 (1 = 포아송)"), "real", low=0.05, high=100, when=BY_RATE),
+    Field(
+        "at_saturation",
+        gettext_lazy("요청률이 포화를 넘으면"),
+        "choice",
+        choices=AT_SATURATION,
+        when=("mode", ("rate",)),
+    ),
+    Field("ramp_strategy", gettext_lazy("램프 모양"), "choice", choices=RAMP_STRATEGIES, when=RAMP),
+    Field("ramp_start_rps", gettext_lazy("램프 시작 요청률 (req/s)"), "real", low=0.01, high=1000, when=RAMP),
+    Field("ramp_end_rps", gettext_lazy("램프 끝 요청률 (req/s)"), "real", low=0.01, high=1000, when=RAMP),
+    Field("ramp_requests", gettext_lazy("램프의 요청 수"), "integer", low=8, high=5000, when=RAMP),
     Field("workload", gettext_lazy("작업량"), "choice", choices=WORKLOADS),
-    Field("input_tokens", gettext_lazy("입력 토큰"), "integer", low=1, high=1 << 20),
+    Field("input_tokens", gettext_lazy("입력 토큰"), "integer", low=1, high=1 << 20, when=MADE_UP),
     Field("output_tokens", gettext_lazy("출력 토큰"), "integer", low=1, high=1 << 16),
-    Field("prefixes", gettext_lazy("공유 프리픽스 개수"), "integer", low=1, high=64),
-    Field("prefix_tokens", gettext_lazy("프리픽스 길이 (토큰)"), "integer", low=16, high=1 << 20),
+    Field("prefixes", gettext_lazy("공유 프리픽스 개수"), "integer", low=1, high=64, when=SHARED),
+    Field("prefix_tokens", gettext_lazy("프리픽스 길이 (토큰)"), "integer", low=16, high=1 << 20, when=SHARED),
     Field("slo_ttft_ms", gettext_lazy("SLO: TTFT 상한 (ms)"), "real", low=1, high=3_600_000),
     Field("slo_tpot_ms", gettext_lazy("SLO: TPOT 상한 (ms)"), "real", low=0.1, high=600_000),
-    Field("top_k", gettext_lazy("top-k"), "integer", low=0, high=10),
-    rag_work.chunk_size_field(),
+    Field("top_k", gettext_lazy("top-k"), "integer", low=0, high=10, when=RAG),
+    replace(rag_work.chunk_size_field(), when=RAG),
     Field(
         "custom_file",
         gettext_lazy('사용자 작업량 (JSONL, 한 줄에 {"prompt": …})'),
         "jsonl",
         stores="custom",
         help_text=gettext_lazy('작업량이 "사용자 작업량"일 때 보낼 프롬프트'),
+        when=("workload", ("custom",)),
     ),
 )
 

@@ -64,6 +64,9 @@ class Field:
     help_text: Text = ""
     most: int = 12
     stores: str = ""
+    # Shown on the form only while another setting of the same kind has one of these values,
+    # e.g. ("mode", ("rate", "ramp")); the value is still read and checked either way.
+    when: tuple[str, tuple[str, ...]] | None = None
 
     @property
     def attribute(self) -> str:

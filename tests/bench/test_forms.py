@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
@@ -43,3 +45,21 @@ def test_the_page_draws_radios_with_the_kinds_that_read_them_and_help_lines() ->
     assert 'type="radio" name="mode" value="rate"' in page
     assert 'data-kinds="load"' in page and 'id="id_mode_help"' in page
     assert '<fieldset class="radios" id="id_chunk_size">' in page  # read by several kinds: one group
+
+
+def test_settings_of_another_load_mode_or_workload_say_when_they_are_shown() -> None:
+    form = JobForm(shown="load")
+
+    def when(name: str) -> dict[str, object]:
+        found: dict[str, object] = json.loads(form.fields[name].widget.attrs.get("data-when", "{}"))
+        return found
+
+    assert when("rates") == {"load": {"field": "mode", "values": ["rate"]}}
+    assert when("ramp_requests")["load"] == {"field": "mode", "values": ["ramp"]}
+    assert when("prefix_tokens")["load"] == {"field": "workload", "values": ["shared_prefix"]}
+    # top-k depends on the workload only for a load job: Labs 4 and 6 always read it.
+    assert set(when("top_k")) == {"load"} and "retrieval" not in when("top_k")
+    assert when("mode") == {} and when("workload") == {}
+    # A hidden setting is still read: a bad value in it is an error, not silently dropped.
+    bad = JobForm({"kind": "load", "mode": "concurrency", "rates": "0"})
+    assert not bad.is_valid() and "rates" in bad.errors

@@ -68,11 +68,23 @@
   const form = document.getElementById("job-form");
   if (!form) return;
   const kind = form.querySelector("select[name=kind]");
+  function valueOf(name) {
+    const checked = form.querySelector(`input[name="${name}"]:checked`);
+    if (checked) return checked.value;
+    const input = form.elements.namedItem(name);
+    return input && "value" in input ? input.value : "";
+  }
+  function wanted(input) {
+    // The kind reads this setting, and the setting it depends on (data-when) has a matching value.
+    if (!input.dataset.kinds.split(" ").includes(kind.value)) return false;
+    const when = JSON.parse(input.dataset.when || "{}")[kind.value];
+    return !when || when.values.includes(valueOf(when.field));
+  }
   function show(switched) {
     form.querySelectorAll("[data-kinds]").forEach((input) => {
       const row = input.closest(".field");
       if (row) {
-        row.hidden = !input.dataset.kinds.split(" ").includes(kind.value);
+        row.hidden = !wanted(input) && !row.querySelector(".error");  // a setting with an error stays in view
         row.style.display = row.hidden ? "none" : "";  // a display rule on .field would beat [hidden]
       }
       const defaults = JSON.parse(input.dataset.defaults || "{}");
@@ -94,7 +106,8 @@
       form.querySelectorAll(`input[type=radio][name="${radio.name}"]`).forEach((r) => { r.dataset.touched = "true"; });
     });
   });
-  kind.addEventListener("change", () => show(true));
+  kind.addEventListener("change", () => { show(true); show(false); });  // the defaults first, then what they show
+  form.addEventListener("change", (event) => { if (event.target !== kind) show(false); });
   show(false);
 })();
 // Progress pushed over a websocket moves the bar at once; the panel also polls the job row
