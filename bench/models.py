@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import models
+from django.utils import translation
 from django.utils.choices import BaseChoiceIterator
 from django.utils.translation import gettext_lazy as _
 
@@ -46,7 +47,9 @@ class BenchJob(models.Model):
     total_requests = models.PositiveIntegerField(default=0)
     current_cell = models.CharField(max_length=200, blank=True)
     attempts = models.PositiveSmallIntegerField(default=0)
-    error = models.TextField(blank=True)
+    error = models.TextField(blank=True)  # the error as written (the site's language; logs and exports)
+    # Our own error message, kept to be worded in each reader's language: {"msgid", "params"} ({}: none).
+    error_text = models.JSONField(default=dict, blank=True)
     results = models.JSONField(default=dict)
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -66,6 +69,17 @@ class BenchJob(models.Model):
     class Meta:
         ordering = ["-created_at"]
         indexes = [models.Index(fields=["owner", "lab"], name="benchjob_owner_lab")]
+
+    @property
+    def error_shown(self) -> str:
+        """The error in the reader's language when it is one of ours, else as written."""
+        msgid = self.error_text.get("msgid") if isinstance(self.error_text, dict) else None
+        if msgid:
+            try:
+                return str(translation.gettext(msgid) % (self.error_text.get("params") or {}))
+            except (KeyError, TypeError, ValueError):
+                pass  # a catalog that no longer matches the saved parameters: the text as written
+        return self.error
 
     @property
     def progress_percent(self) -> int:
@@ -110,3 +124,11 @@ class Engine(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.base_url})"
+
+
+def error_fields(msgid: str, **params: Any) -> dict[str, Any]:
+    """The fields of a job's error made from one of our messages (marked with gettext_noop):
+    ``error`` in the site's language, and ``error_text`` to word it for each reader."""
+    with translation.override(settings.LANGUAGE_CODE):
+        text = translation.gettext(msgid) % params if params else translation.gettext(msgid)
+    return {"error": text[:2000], "error_text": {"msgid": msgid, "params": params}}

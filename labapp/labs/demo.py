@@ -142,7 +142,7 @@ def demo_sweep_state(request: HttpRequest, job_id: int) -> JsonResponse:
             "total": job.total_requests,
             "cell": job.current_cell,
             "cells": len((job.results or {}).get("cells", [])),
-            "error": job.error,
+            "error": job.error_shown,
             "figure": figures[0]["figure"] if figures else None,
         }
     )

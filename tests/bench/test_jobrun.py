@@ -320,3 +320,32 @@ def test_a_saved_config_that_no_longer_parses_fails_the_job_at_once_naming_the_f
     ended = services.job_execute(job_id=job.pk)
     assert ended.status == "failed" and ended.error.startswith("ConfigError: repeats:") and calls == []
     assert ended.finished_at is not None and pushed[-1] == {"status": "failed"}
+
+
+@pytest.mark.django_db
+def test_our_job_errors_are_worded_in_each_readers_language() -> None:
+    """A failed job's error is stored with its message id: a Korean worker's words are not what
+    an English reader sees (the site's language is still what logs and exports keep)."""
+    from django.test import Client
+    from django.utils import translation
+    from django.utils.translation import gettext_noop
+
+    from bench.models import error_fields
+
+    owner = User.objects.create(username="reader")
+    fields = error_fields(
+        gettext_noop("요청 %(count)d개가 실패했습니다: %(reasons)s"), count=3, reasons="HTTP 500: boom"
+    )
+    job = BenchJob.objects.create(owner=owner, kind="speed", engine_url="http://e", status="failed", **fields)
+    assert job.error == "요청 3개가 실패했습니다: HTTP 500: boom"
+    with translation.override("en"):
+        assert job.error_shown == "3 request(s) failed: HTTP 500: boom"
+    assert job.error_shown == job.error  # Korean by default
+    client = Client()
+    client.force_login(owner)
+    client.cookies["django_language"] = "en"
+    page = client.get(f"/bench/{job.pk}/").content.decode()
+    assert "3 request(s) failed: HTTP 500: boom" in page and "실패했습니다" not in page
+    # An error that is not one of ours (an exception's text) is shown as written.
+    job.error, job.error_text = "RuntimeError: engine went away", {}
+    assert job.error_shown == "RuntimeError: engine went away"
