@@ -1,13 +1,14 @@
 """Lab 4, retrieval size: top-k × chunk size → retrieved tokens → prompt tokens → TTFT.
 
 Every request starts with its own first line, so none profits from another's cached
-prefix. The retrieved tokens of a prompt are its prompt tokens minus those of the
+prefix. The shapes are measured in rounds, one question in every shape per round
+(:func:`rounds`). The retrieved tokens of a prompt are its prompt tokens minus those of the
 same prompt without material.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -84,43 +85,59 @@ def label(size: int, top_k: int) -> str:
     return _("청크 %(size)d / top-k %(top_k)d") % {"size": size, "top_k": top_k}
 
 
-async def measure_cell(
-    session: Session, config: RetrievalConfig, prompts: list[RagPrompt], bare: list[RagPrompt], at: tuple[int, int]
-) -> dict[str, Any]:
-    """One chunk size × top-k: each question's prompt once; retrieved tokens counted against the bare prompt."""
+@dataclass
+class Asked:
+    """What one chunk size × top-k has measured so far, question by question."""
+
+    records: list[RequestRecord] = field(default_factory=list)
+    answers: list[dict[str, Any]] = field(default_factory=list)
+    context_tokens: list[float] = field(default_factory=list)
+    servers: list[dict[str, Any]] = field(default_factory=list)
+
+
+async def ask(
+    session: Session, config: RetrievalConfig, prompt: RagPrompt, bare: RagPrompt, at: tuple[int, int], index: int
+) -> tuple[RequestRecord, dict[str, Any], float | None]:
+    """Question ``index`` at one chunk size × top-k: (its record, /metrics around it, retrieved tokens
+    counted against the same prompt without material)."""
     size, top_k = at
-    records: list[RequestRecord] = []
-    answers = []
-    context_tokens: list[float] = []
-    servers: list[dict[str, Any]] = []
-    for index, prompt in enumerate(prompts):
-        nonce = nonce_line(config.seed, size, top_k, index)
-        spec = runner.RequestSpec(
-            prompt=nonce + prompt.text, max_tokens=config.max_tokens, ignore_eos=False, stop=prompt.stop
-        )
-        record, server = await session.send(spec, label(size, top_k))
-        records.append(record)
-        servers.append(server)
-        if record.prompt_tokens is not None:
-            (zero,) = await vllm_client.count_tokens(
-                [nonce + bare[index].text], model=session.model, client=session.http
-            )
-            context_tokens.append(max(0, record.prompt_tokens - zero))
-        answers.append(rag_work.answer(prompt, record))
-        if session.cancelled:
-            break
+    nonce = nonce_line(config.seed, size, top_k, index)
+    spec = runner.RequestSpec(
+        prompt=nonce + prompt.text, max_tokens=config.max_tokens, ignore_eos=False, stop=prompt.stop
+    )
+    record, server = await session.send(spec, label(size, top_k))
+    context = None
+    if record.prompt_tokens is not None:
+        (zero,) = await vllm_client.count_tokens([nonce + bare.text], model=session.model, client=session.http)
+        context = float(max(0, record.prompt_tokens - zero))
+    return record, server, context
+
+
+def cell_of(at: tuple[int, int], prompts: list[RagPrompt], asked: Asked) -> dict[str, Any]:
+    """One chunk size × top-k as a cell, over the questions it has asked so far."""
+    size, top_k = at
     cell = cell_summary(
-        records,
+        asked.records,
         chunk_size=size,
         top_k=top_k,
-        answers=answers,
+        answers=asked.answers,
         median_retrieval_ms=median([p.retrieval_ms for p in prompts]),
-        median_context_tokens=median(context_tokens),
+        median_context_tokens=median(asked.context_tokens),
         median_context_chars=median([float(p.context_chars) for p in prompts]),
         evidence_retrieved=share([p.evidence_retrieved for p in prompts]),
-        answer_coverage=median([a["coverage"] for a in answers]),
+        answer_coverage=median([a["coverage"] for a in asked.answers]),
     )
-    return watched_cell(cell, server_metrics.merged(servers))
+    return watched_cell(cell, server_metrics.merged(asked.servers))
+
+
+def rounds(shapes: list[tuple[int, int]], questions: int) -> list[tuple[int, tuple[int, int]]]:
+    """(question, shape) in the order they are asked: round by round, one question in every shape,
+    the order reversed every other round, so that a slow spell of the machine falls on every shape
+    a little instead of on the last shapes entirely (once it made TPOT "grow" 1.6x with context)."""
+    order = []
+    for index in range(questions):
+        order += [(index, at) for at in (shapes if index % 2 == 0 else shapes[::-1])]
+    return order
 
 
 def fits(cells: list[dict[str, Any]]) -> dict[str, Any]:
@@ -138,22 +155,32 @@ async def _sweep(
     http: httpx.AsyncClient, config: RetrievalConfig, cells: list[dict[str, Any]], *, base_url: str, model: str,
     reporter: Reporter,
 ) -> bool:  # fmt: skip
-    """Every chunk size × top-k into ``cells``; True when cancelled."""
+    """Every chunk size × top-k into ``cells``, in :func:`rounds`; True when cancelled."""
     session = Session(http, base_url=base_url, model=model, total=config.total_requests, reporter=reporter)
     questions = await rag_work.questions(config.questions, seed=config.seed)
     await warm_up(base_url=base_url, model=model, seed=config.seed)
     bare = await rag_work.prompts(questions, top_k=0, chunk_size=CHUNK_SIZES[0])  # the same prompts without material
     # One retrieval first, not measured: loading the embedding model is not retrieval time.
     await rag_work.prompts(questions[:1], top_k=1, chunk_size=config.chunk_sizes[0])
-    for size in config.chunk_sizes:
-        for top_k in config.top_ks:
-            if not await session.start_cell(label(size, top_k)):
-                return True
-            prompts = await rag_work.prompts(questions, top_k=top_k, chunk_size=size)
-            cells.append(await measure_cell(session, config, prompts, bare, (size, top_k)))
-            await reporter.partial({"cells": cells, "partial": True})
-            if session.cancelled:
-                return True
+    shapes = [(size, top_k) for size in config.chunk_sizes for top_k in config.top_ks]
+    prompts = {at: await rag_work.prompts(questions, top_k=at[1], chunk_size=at[0]) for at in shapes}
+    asked = {at: Asked() for at in shapes}
+    made: dict[tuple[int, int], dict[str, Any]] = {}
+    for index, at in rounds(shapes, len(questions)):
+        if not await session.start_cell(label(*at)):
+            return True
+        record, server, context = await ask(session, config, prompts[at][index], bare[index], at, index)
+        got = asked[at]
+        got.records.append(record)
+        got.servers.append(server)
+        got.answers.append(rag_work.answer(prompts[at][index], record))
+        if context is not None:
+            got.context_tokens.append(context)
+        made[at] = cell_of(at, prompts[at], got)  # the chart gains a point, then the points settle round by round
+        cells[:] = [made[a] for a in shapes if a in made]
+        await reporter.partial({"cells": cells, "partial": True})
+        if session.cancelled:
+            return True
     return False
 
 

@@ -13,7 +13,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
 from bench import charts, configs, exports, kinds, scripted_server, services, workloads
-from bench.kinds import rag_work, session
+from bench.kinds import rag_work, retrieval, session
 from bench.models import BenchJob
 from bench.reporting import ProgressReporter
 from tests import aio
@@ -221,7 +221,7 @@ def test_the_retrieval_sweep_measures_every_top_k_and_chunk_size(
     fake: tuple[scripted_server.Script, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _scripted_rag(monkeypatch)
-    _, url = fake
+    script, url = fake
     config = kinds.config_for("retrieval", {"questions": "2", "top_ks": "1, 3", "chunk_sizes": "200, 1000"})
     assert config.total_requests == 8
     results, _ = aio.run(
@@ -235,6 +235,11 @@ def test_the_retrieval_sweep_measures_every_top_k_and_chunk_size(
     assert by[(200, 3)]["evidence_retrieved"] == 1.0 and by[(200, 1)]["evidence_retrieved"] == 0.0
     assert set(results["fits"]) == {"200", "1000"} and results["fits"]["1000"]["slope"] is not None
     assert len(cells[0]["answers"]) == 2 and "coverage" in cells[0]["answers"][0]
+    # Round by round, the second round in reverse: a slow spell late in the run is not all on 1000 / top-k 3.
+    sent = [r["prompt"].split("\n")[0] + "\n" for r in script.requests if "prompt" in r and "max_tokens" in r][-8:]
+    shapes = [(200, 1), (200, 3), (1000, 1), (1000, 3)]
+    assert sent == [workloads.nonce_line(0, size, k, i) for i, (size, k) in retrieval.rounds(shapes, 2)]
+    assert retrieval.rounds(shapes, 2)[3:5] == [(0, (1000, 3)), (1, (1000, 3))]
 
 
 def test_the_prefix_job_asks_each_context_four_ways_and_reports_the_reset(
