@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import httpx
@@ -129,3 +130,32 @@ def test_an_error_without_text_is_still_explained() -> None:
     )
     assert vllm_client.explain(httpx.ConnectError("[Errno 111] refused")) == "ConnectError: [Errno 111] refused"
     assert vllm_client.explain(KeyError()) == "KeyError: no further detail"
+
+
+class _Pieces(httpx.AsyncByteStream):
+    """An SSE body cut at awkward places: inside a JSON object, between \\r and \\n, before [DONE]."""
+
+    async def __aiter__(self):  # type: ignore[no-untyped-def]
+        body = (
+            b'data: {"choices": [{"index": 0, "text": "\\uc5f0", "finish_reason": null}]}\r\n\r\n'
+            b": a comment line\n\n"
+            b'data: {"choices": [{"index": 0, "text": "\\ucc28", "finish_reason": "stop"}]}\n\n'
+            b'data: {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2}}\n\n'
+            b"data: [DONE]\n\n"
+        )
+        cuts = [0, 20, 75, 78, 90, 150, 200, len(body) - 3, len(body)]  # 75: after the \r, before its \n
+        for start, end in itertools.pairwise(cuts):
+            yield body[start:end]
+
+
+def test_lines_cut_across_reads_are_joined_before_they_are_parsed() -> None:
+    def handle(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, stream=_Pieces(), headers={"content-type": "text/event-stream"})
+
+    async def go() -> RequestRecord:
+        async with _client(httpx.MockTransport(handle)) as http:
+            return await vllm_client.stream_completion("질문", max_tokens=2, model="m", client=http)
+
+    record = aio.run(go())
+    assert record.success and record.generated_text == "연차" and len(record.text_chunk_at) == 2
+    assert record.output_tokens == 2 and record.prompt_tokens == 3 and record.finish_reason == "stop"
