@@ -30,20 +30,13 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from bench import runner, scripted_server
 from bench.management import reference
-from bench.management.commands.bench_client_overhead import _levels
-from bench.metrics import percentile
+from bench.management.commands.bench_client_overhead import _levels, _p
 from labapp.ops.stack.components import embedded_model_dir
 from rag.vllm import client as vllm_client
 
 DEFAULT_LEVELS = "1,4,16,64,256"
 PROMPT_WORDS = 200
 CLIENTS = ("ours", "vllm")
-
-
-def _p50_p99(values: list[float]) -> dict[str, float | None]:
-    if not values:
-        return {"p50": None, "p99": None}
-    return {"p50": round(percentile(values, 50), 3), "p99": round(percentile(values, 99), 3)}
 
 
 def split(
@@ -61,10 +54,10 @@ def split(
         late.append((entry["first"] - entry["arrival"] - ttft_s) * 1000)
         to_client.append((t_send + ttft - entry["first"]) * 1000)
     return {
-        "added_ttft_ms": _p50_p99(added),
-        "send_to_server_read_ms": _p50_p99(to_server),
-        "server_late_ms": _p50_p99(late),
-        "server_write_to_client_read_ms": _p50_p99(to_client),
+        "added_ttft_ms": _p(added),
+        "send_to_server_read_ms": _p(to_server),
+        "server_late_ms": _p(late),
+        "server_write_to_client_read_ms": _p(to_client),
     }
 
 
