@@ -85,6 +85,21 @@ def test_a_stream_read_to_the_end_leaves_the_connection_open_for_the_next_reques
     assert stats["peak_streams"] == 1 and stats["streams"] == 0
 
 
+def test_a_run_streams_its_requests_in_turn_over_one_connection(server: str) -> None:
+    # Each answer is read to the end of its body, so its connection goes back to the pool: a run at
+    # concurrency 1 opens one connection, not one per request (a connect in every TTFT).
+    async def go() -> tuple[runner.RunResult, dict[str, Any]]:
+        async with httpx.AsyncClient(base_url=server, timeout=10) as http:
+            await http.get("/stats", params={"reset": "1"})
+            specs = [runner.RequestSpec(prompt=f"k3{i} a b", max_tokens=3) for i in range(5)]
+            result = await runner.run(specs, base_url=server, model="scripted", shape=runner.LoadShape(concurrency=1))
+            return result, (await http.get("/stats", params={"reset": "1"})).json()
+
+    result, stats = aio.run(go())
+    assert all(r.success for r in result.records), [r.error for r in result.records]
+    assert stats["connections"] == 1 and len([e for e in stats["requests"] if e["key"].startswith("k3")]) == 5
+
+
 def test_the_scripted_server_answers_the_other_routes_like_vllm(server: str) -> None:
     with httpx.Client(base_url=server, timeout=10) as http:
         assert http.get("/health").status_code == 200

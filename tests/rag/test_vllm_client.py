@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 
+import aiohttp
 import httpx
 import pytest
 
@@ -130,6 +132,58 @@ def test_an_error_without_text_is_still_explained() -> None:
     )
     assert vllm_client.explain(httpx.ConnectError("[Errno 111] refused")) == "ConnectError: [Errno 111] refused"
     assert vllm_client.explain(KeyError()) == "KeyError: no further detail"
+
+
+def test_aiohttp_errors_beneath_httpx_are_named_for_what_happened() -> None:
+    # httpx-aiohttp re-raises every aiohttp connection error as ConnectTimeout; the cause says which.
+    def raised(cause: Exception) -> httpx.ConnectTimeout:
+        try:
+            raise httpx.ConnectTimeout(str(cause)) from cause
+        except httpx.ConnectTimeout as exc:
+            return exc
+
+    assert vllm_client.explain(raised(aiohttp.ServerDisconnectedError())) == (
+        "RemoteProtocolError: Server disconnected"
+    )
+    cut = aiohttp.ClientPayloadError("Response payload is not completed: <TransferEncodingError: 400>")
+    assert vllm_client.explain(raised(cut)) == "ReadError: the connection closed while the answer was being read"
+
+
+def test_a_dead_engine_is_named_as_a_refused_connection_through_our_own_pool() -> None:
+    async def go() -> RequestRecord:
+        async with vllm_client.connect("http://127.0.0.1:9") as http:
+            return await vllm_client.stream_completion("q", max_tokens=4, model="m", client=http)
+
+    record = aio.run(go())
+    assert not record.success and (record.error or "").startswith("ConnectError: Cannot connect"), record.error
+
+
+def test_our_pool_sends_once_more_when_the_server_hangs_up_before_answering() -> None:
+    # A raw server: it closes the first connection as soon as it has read the request, then answers.
+    calls: list[int] = []
+    body = _sse({"choices": [{"index": 0, "text": "네", "finish_reason": "stop"}]})
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")
+        )
+        await reader.readexactly(length)
+        calls.append(1)
+        if len(calls) > 1:
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n")
+            writer.write(b"content-length: %d\r\n\r\n%s" % (len(body), body))
+            await writer.drain()
+        writer.close()
+
+    async def go() -> RequestRecord:
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with server, vllm_client.connect(f"http://127.0.0.1:{port}") as http:
+            return await vllm_client.stream_completion("질문", max_tokens=2, model="m", client=http)
+
+    record = aio.run(go())
+    assert len(calls) == 2 and record.success and record.generated_text == "네", record.error
 
 
 class _Pieces(httpx.AsyncByteStream):
