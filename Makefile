@@ -45,8 +45,15 @@ $(MODEL_DIR)/config.json: | $(ENGINE_VENV)/.installed
 	@echo "== converting the packaged Gemma 3 270M GGUF into $(MODEL_DIR) (once, about a minute)"
 	$(ENGINE_PY) labapp/ops/stack/convert_model.py $(MODEL_DIR)
 
+# The bundled embedding model exported once to ONNX (questions embed in milliseconds, see rag/embeddings.py).
+EMBED_ONNX := data/models/all-minilm-l6-v2-onnx/stamp.json
+$(EMBED_ONNX): $(VENV)/.installed
+	@echo "== exporting the bundled embedding model to ONNX (once, seconds)"
+	DATA_DIR=data $(PY) manage.py export_embedding_onnx
+
 setup: $(VENV)/.installed $(ENGINE_DEPS)
 	@$(PY) manage.py check --fail-level ERROR >/dev/null
+	@$(PY) manage.py export_embedding_onnx
 	@$(PY) manage.py migrate --noinput -v 0
 	@$(PY) manage.py load_chapter
 
@@ -64,7 +71,7 @@ $(BROWSER_DEPS):
 	$$SUDO apt-get install -y -q chromium fonts-nanum >/dev/null 2>&1 || \
 	{ $$SUDO apt-get update -q >/dev/null && $$SUDO apt-get install -y -q chromium fonts-nanum >/dev/null; }
 
-test: $(VENV)/.installed $(ENGINE_DEPS) $(BROWSER_DEPS)
+test: $(VENV)/.installed $(ENGINE_DEPS) $(BROWSER_DEPS) $(EMBED_ONNX)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # Benchmarks that print the project's speed as ratios (not pass/fail); PERF_ARGS=--quick for a short run.

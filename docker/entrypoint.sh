@@ -29,6 +29,8 @@ if url.scheme in ("postgres", "postgresql") and url.hostname:
 PY
 
 python manage.py migrate --noinput
+# The bundled embedding model on ONNX Runtime (a no-op once this container has it).
+python manage.py export_embedding_onnx
 
 if [ "${1:-}" = "daphne" ]; then
     python manage.py load_chapter

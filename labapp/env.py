@@ -53,6 +53,11 @@ VARIABLES: dict[str, Variable] = {
             "EMBEDDING_MODEL", "", "sentence-transformers model path or name; empty = the bundled all-MiniLM-L6-v2"
         ),
         Variable(
+            "EMBEDDING_BACKEND",
+            "auto",
+            "`onnx` (the bundled model, exported at setup), `torch` (sentence-transformers), `auto`: onnx if exported",
+        ),
+        Variable(
             "CHAT_TIMEOUT_S", "120", "chat: seconds to wait for vLLM (connect, each streamed chunk) before failing"
         ),
         Variable(

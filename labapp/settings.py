@@ -146,6 +146,7 @@ VLLM_BASE_URL = (
 VLLM_MODEL = env_str("VLLM_MODEL")
 VLLM_MAX_MODEL_LEN = env_int("VLLM_MAX_MODEL_LEN", minimum=256, maximum=1_048_576)
 EMBEDDING_MODEL = env_str("EMBEDDING_MODEL")
+EMBEDDING_BACKEND = env_choice("EMBEDDING_BACKEND", ("auto", "onnx", "torch"))
 CHAT_TIMEOUT_S = env_int("CHAT_TIMEOUT_S", minimum=1, maximum=3600)
 BENCH_STALE_S = env_int("BENCH_STALE_S", minimum=3, maximum=86400)
 CHAT_MAX_CONCURRENT_PER_USER = env_int("CHAT_MAX_CONCURRENT_PER_USER", minimum=1, maximum=1000)

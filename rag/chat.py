@@ -96,9 +96,14 @@ class AnswerRun:
     token_split: dict[str, int | None] = field(default_factory=dict)
     estimate: dict[str, Any] | None = None
     error: str = ""
+    # ms since the question arrived at each step before vLLM is asked (checked, saved, retrieved, prompt, sent)
+    steps: dict[str, float] = field(default_factory=dict)
 
     def notice(self, code: str, message: str) -> None:
         self.notices.append({"code": code, "message": message})
+
+    def mark(self, step: str) -> None:
+        self.steps[step] = round((time.perf_counter() - self.received_at) * 1000, 2)
 
     def ms_since_received(self, moment: float | None) -> float | None:
         return None if moment is None else round((moment - self.received_at) * 1000, 1)
@@ -117,6 +122,7 @@ class AnswerRun:
             "embed_ms": None if self.embed_ms is None else round(self.embed_ms, 1),
             "search_ms": None if self.search_ms is None else round(self.search_ms, 1),
             "prep_ms": self.ms_since_received(self.sent_at),  # question received → request sent
+            "steps": self.steps,
             "client": {
                 "ttft_ms": ms(r.ttft),
                 "first_chunk_ms": ms(r.first_chunk),
@@ -215,7 +221,9 @@ async def _retrieve(run: AnswerRun) -> list[prompting.ContextChunk]:
         return []
     started = time.perf_counter()
     try:
-        result = await database_sync_to_async(retrieval.retrieve)(
+        # Not on the one thread Channels keeps for the ORM: a search must not wait behind page
+        # renders and other answers' database work, nor they behind it.
+        result = await database_sync_to_async(retrieval.retrieve, thread_sensitive=False)(
             run.question,
             collection=run.collection.name,
             chunk_size=s.chunk_size,
@@ -236,6 +244,20 @@ async def _retrieve(run: AnswerRun) -> list[prompting.ContextChunk]:
             message = _("이 모음에 자료가 없어 자료 없이 답합니다.")
         run.notice("no_sources", message)
     return [chunk.context_chunk() for chunk in result.chunks]
+
+
+def retrieval_start(run: AnswerRun) -> asyncio.Task[list[prompting.ContextChunk]]:
+    """Start the answer's retrieval now (``answer_run`` awaits it): the consumer overlaps it with saving the row."""
+    return asyncio.ensure_future(_retrieve(run))
+
+
+def retrieval_discard(task: asyncio.Task[Any]) -> None:
+    """An answer that ended without waiting for its retrieval: stop it, or read its outcome so that
+    an error in it is not reported as never retrieved."""
+    if not task.done():
+        task.cancel()
+    elif not task.cancelled():
+        task.exception()
 
 
 async def _fit(run: AnswerRun, chunks: list[prompting.ContextChunk], max_model_len: int) -> prompting.Prompt:
@@ -326,8 +348,11 @@ def estimate(record: RequestRecord, speeds: Speeds | None) -> dict[str, Any] | N
     }
 
 
-async def answer_run(run: AnswerRun, send: Send) -> None:
-    """Retrieve, assemble, stream and measure one answer; errors end up in ``run.error``."""
+async def answer_run(
+    run: AnswerRun, send: Send, retrieving: asyncio.Task[list[prompting.ContextChunk]] | None = None
+) -> None:
+    """Retrieve (or take the retrieval ``retrieval_start`` began), assemble, stream and measure one
+    answer; errors end up in ``run.error``."""
     try:
         info = await _engine(run.engine)
     except vllm_client.EngineUnavailable as exc:
@@ -348,13 +373,15 @@ async def answer_run(run: AnswerRun, send: Send) -> None:
         run.error = _("vLLM에 연결할 수 없습니다: %(why)s") % {"why": exc}
         return
 
-    chunks = await _retrieve(run)
+    chunks = await (retrieving if retrieving is not None else _retrieve(run))
+    run.mark("retrieved")
     await send({"type": "retrieval", "retrieval_ms": run.retrieval_ms, "sources": run.sources})
     try:
         run.prompt = await _fit(run, chunks, max_model_len)
     except (prompting.SettingsError, vllm_client.EngineUnavailable) as exc:
         run.error = str(exc)
         return
+    run.mark("prompt")
     await send(
         {
             "type": "prompt",
@@ -401,6 +428,7 @@ async def _stream(run: AnswerRun, prompt: prompting.Prompt, send: Send) -> None:
         messages=tuple(prompt.messages()),
     )
     run.sent_at = time.perf_counter()
+    run.mark("sent")
     try:
         await vllm_client.stream_request(
             request,

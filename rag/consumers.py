@@ -154,36 +154,23 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         if client_id in self.in_flight:
             await self._error(_("같은 id의 답변이 이미 진행 중입니다."), client_id)
             return
-        unknown = sorted(set(content) - {"type", "id", "question", "settings", "conversation", "parent"})
+        most = int(settings.CHAT_MAX_CONCURRENT_PER_USER)
         try:
-            if unknown:
-                raise prompting.SettingsError(_("알 수 없는 필드: %(f)s") % {"f": ", ".join(unknown)})
-            question = prompting.question_clean(content.get("question"))
-            refs = {ref.key: ref for ref in await database_sync_to_async(access.collections_for)(self.user)}
-            chat_settings = prompting.settings_parse(content.get("settings"), collections=list(refs))
-            conversation_id = _optional_id(content.get("conversation"), "conversation")
-            parent_id = _optional_id(content.get("parent"), "parent")
-            answer = await database_sync_to_async(conversations.answer_start)(
-                user=self.user,
-                question=question,
-                settings=chat_settings.as_dict(),
-                conversation_id=conversation_id,
-                parent_id=parent_id,
-                most_streaming=int(settings.CHAT_MAX_CONCURRENT_PER_USER),
-            )
-        except (prompting.SettingsError, conversations.NotFound, conversations.TooMany) as exc:
+            run, conversation_id, parent_id = await self._ask_read(content, most, received_at)
+        except (prompting.SettingsError, conversations.TooMany) as exc:
             await self._error(str(exc), client_id)
             return
-        run = chat.AnswerRun(
-            question=question,
-            settings=chat_settings,
-            collection=refs[chat_settings.collection],
-            language=self.language,
-            stall_timeout_s=float(settings.CHAT_TIMEOUT_S),
-            received_at=received_at,
-            # Read at every ask: a pick made on the engines page after this tab opened counts.
-            engine=await database_sync_to_async(self.engine_of)(sockets.scope_session_key(self.scope)),
-        )
+        run.mark("checked")
+        # Retrieval starts now, on a thread of its own, while the answer's row is written: the row
+        # is needed before vLLM is asked (it enforces the limit of answers at once), not before searching.
+        retrieving = chat.retrieval_start(run)
+        try:
+            answer = await database_sync_to_async(self._ask_save)(run, conversation_id, parent_id, most)
+        except (conversations.NotFound, conversations.TooMany) as exc:
+            retrieving.cancel()
+            await self._error(str(exc), client_id)
+            return
+        run.mark("saved")
         await self.send_json(
             {
                 "type": "started",
@@ -191,21 +178,67 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                 "answer_id": answer.pk,
                 "conversation": answer.conversation_id,
                 "parent_id": answer.parent_id,
-                "question": question,
+                "question": run.question,
                 "settings": answer.settings,
                 "engine": run.engine.shown(),
             }
         )
-        self.in_flight[client_id] = asyncio.create_task(self._answer(client_id, answer.pk, run))
+        self.in_flight[client_id] = asyncio.create_task(self._answer(client_id, answer.pk, run, retrieving))
 
-    async def _answer(self, client_id: str, answer_id: int, run: chat.AnswerRun) -> None:
+    async def _ask_read(
+        self, content: dict[str, Any], most: int, received_at: float
+    ) -> tuple[chat.AnswerRun, int | None, int | None]:
+        """An ask frame checked, as the run it asks for, with its conversation and parent ids;
+        ``SettingsError`` or ``TooMany`` says what is wrong."""
+        unknown = sorted(set(content) - {"type", "id", "question", "settings", "conversation", "parent"})
+        if unknown:
+            raise prompting.SettingsError(_("알 수 없는 필드: %(f)s") % {"f": ", ".join(unknown)})
+        question = prompting.question_clean(content.get("question"))
+        conversation_id = _optional_id(content.get("conversation"), "conversation")
+        parent_id = _optional_id(content.get("parent"), "parent")
+        refs = await database_sync_to_async(self._ask_reads)(most)
+        chat_settings = prompting.settings_parse(content.get("settings"), collections=list(refs))
+        run = chat.AnswerRun(
+            question=question,
+            settings=chat_settings,
+            collection=refs[chat_settings.collection],
+            language=self.language,
+            stall_timeout_s=float(settings.CHAT_TIMEOUT_S),
+            received_at=received_at,
+        )
+        return run, conversation_id, parent_id
+
+    def _ask_reads(self, most_streaming: int) -> dict[str, access.CollectionRef]:
+        """What must be read before searching, in one trip to the database thread: the collections this
+        learner may search, and a first check of the limit of answers at once (``answer_start`` checks it
+        again under a lock), so that an ask over it is refused before any retrieval is spent on it."""
+        conversations.streaming_check(self.user, most_streaming)
+        return {ref.key: ref for ref in access.collections_for(self.user)}
+
+    def _ask_save(self, run: chat.AnswerRun, conversation_id: int | None, parent_id: int | None, most: int) -> Answer:
+        """While the question is searched: the answer's row, and the engine that answers (read at every
+        ask: a pick made on the engines page after this tab opened counts)."""
+        answer = conversations.answer_start(
+            user=self.user,
+            question=run.question,
+            settings=run.settings.as_dict(),
+            conversation_id=conversation_id,
+            parent_id=parent_id,
+            most_streaming=most,
+        )
+        run.engine = self.engine_of(sockets.scope_session_key(self.scope))
+        return answer
+
+    async def _answer(
+        self, client_id: str, answer_id: int, run: chat.AnswerRun, retrieving: asyncio.Task[Any] | None = None
+    ) -> None:
         async def send(frame: dict[str, Any]) -> None:
             await self.send_json(frame | {"id": client_id})
 
         status = Answer.Status.FAILED
         try:
             with translation.override(self.language):
-                await chat.answer_run(run, send)
+                await chat.answer_run(run, send, retrieving)
                 if not run.error:  # after the stream, so it never delays the first token
                     speeds = await database_sync_to_async(self.speeds)(self.user, run.engine.base_url)
                     run.estimate = chat.estimate(run.record, speeds)
@@ -216,6 +249,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             log.exception("chat answer %s failed", answer_id)
             run.error = f"{type(exc).__name__}: {exc}"
         finally:
+            if retrieving is not None:
+                chat.retrieval_discard(retrieving)
             self.in_flight.pop(client_id, None)
             saved = await asyncio.shield(
                 database_sync_to_async(conversations.answer_finish)(answer_id=answer_id, run=run, status=status)

@@ -51,15 +51,7 @@ def answer_start(
     """
     if most_streaming is not None:
         get_user_model().objects.select_for_update().filter(pk=user.pk).first()
-        streaming = answers_streaming(user).count()
-        if streaming >= most_streaming:
-            raise TooMany(
-                _(
-                    "답변 중인 질문이 이미 %(n)d개입니다 (한 사람이 동시에 %(most)d개까지). "
-                    "하나가 끝나면 다시 물어보세요."
-                )
-                % {"n": streaming, "most": most_streaming}
-            )
+        streaming_check(user, most_streaming)
     if conversation_id is None:
         conversation = Conversation.objects.create(owner_id=user.pk, title=question[:200])
     else:
@@ -74,6 +66,16 @@ def answer_start(
         if parent is None:
             raise NotFound(_("답변 %(id)s을(를) 이 대화에서 찾을 수 없습니다.") % {"id": parent_id})
     return Answer.objects.create(conversation=conversation, parent=parent, question=question, settings=settings)
+
+
+def streaming_check(user: AbstractBaseUser, most_streaming: int) -> None:
+    """``TooMany`` when the user already has ``most_streaming`` answers streaming."""
+    streaming = answers_streaming(user).count()
+    if streaming >= most_streaming:
+        raise TooMany(
+            _("답변 중인 질문이 이미 %(n)d개입니다 (한 사람이 동시에 %(most)d개까지). 하나가 끝나면 다시 물어보세요.")
+            % {"n": streaming, "most": most_streaming}
+        )
 
 
 def answers_streaming(user: AbstractBaseUser) -> QuerySet[Answer]:

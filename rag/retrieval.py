@@ -11,6 +11,7 @@ import contextlib
 import hashlib
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -75,20 +76,24 @@ def _where(chunk_size: int, language: str | None) -> dict[str, Any]:
     return clauses[0] if len(clauses) == 1 else {"$and": clauses}
 
 
-def _lexical_key(name: str, where: dict[str, Any]) -> tuple[str, int, str]:
-    """The index's cache key, how many chunks match ``where``, and the stamp of what it must be built from.
+def _lexical_key(name: str, where: dict[str, Any]) -> tuple[str, str]:
+    """The index's cache key and the stamp of what it must be built from.
 
-    A change is a different chunk count in Chroma or a newer indexing time in the
-    database: re-indexing an edited text can keep its chunk count.
+    The stamp comes from the database alone (one query, no call to Chroma on a question's
+    path): every write of chunks goes through an ``IndexedSource`` row of the collection, so a
+    change is a different number of sources or chunks, or a newer indexing time (re-indexing
+    an edited text can keep its chunk count). It covers the whole collection: a change at one
+    chunk size makes every filter's index stale, which costs a rebuild, never a wrong answer.
     """
-    from django.db.models import Max
+    from django.db.models import Count, Max, Sum
 
     from rag.models import IndexedSource
 
     key = f"{name}:{sorted(where.items())!r}"
-    latest = IndexedSource.objects.filter(collection=name).aggregate(latest=Max("indexed_at"))["latest"]
-    count = vectorstore.count(name, where)
-    return key, count, f"{count}:{latest}"
+    found = IndexedSource.objects.filter(collection=name).aggregate(
+        sources=Count("id"), chunks=Sum("chunk_count"), latest=Max("indexed_at")
+    )
+    return key, f"{found['sources']}:{found['chunks']}:{found['latest']}"
 
 
 def lexical_folder(key: str) -> Path:
@@ -107,7 +112,7 @@ def _lexical_index(name: str, where: dict[str, Any]) -> lexical.BM25Index:
     memory-mapped). The indexing worker builds it after each change (``prebuild_lexical``),
     so no question waits for a build.
     """
-    key, _count, stamp = _lexical_key(name, where)
+    key, stamp = _lexical_key(name, where)
     return _opened_or_built(name, where, key, stamp)[0]
 
 
@@ -136,8 +141,8 @@ def prebuild_lexical(name: str, chunk_sizes: list[int], languages: tuple[str | N
     for size in chunk_sizes:
         for language in languages:
             where = _where(size, language)
-            key, count, stamp = _lexical_key(name, where)
-            if count:
+            if vectorstore.count(name, where):
+                key, stamp = _lexical_key(name, where)
                 built += _opened_or_built(name, where, key, stamp)[1]
     return built
 
@@ -148,17 +153,47 @@ def dense_weight(question: str) -> float:
     return 1.0
 
 
-def _dense_hits(
-    question: str, collection: str, where: dict[str, Any], result: RetrievalResult
-) -> list[vectorstore.Hit]:
-    """The question's nearest chunks by embedding; the embedding and search times go on ``result``."""
+def _dense_hits(question: str, collection: str, where: dict[str, Any]) -> tuple[list[vectorstore.Hit], float]:
+    """The question's nearest chunks by embedding, and the milliseconds the embedding took."""
     started = time.perf_counter()
     vector = embeddings.embed([question])[0]
-    result.embed_ms = (time.perf_counter() - started) * 1000
-    started = time.perf_counter()
-    hits = vectorstore.query(collection, embedding=vector, k=CANDIDATES, where=where)
-    result.search_ms += (time.perf_counter() - started) * 1000
-    return hits
+    embed_ms = (time.perf_counter() - started) * 1000
+    return vectorstore.query(collection, embedding=vector, k=CANDIDATES, where=where), embed_ms
+
+
+# Where the question is embedded and searched by vector, beside the lexical half (``_candidates``):
+# ONNX Runtime and Chroma's HTTP call both release the GIL.
+_dense_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="retrieval-dense")
+
+
+@dataclass
+class _Candidates:
+    dense: list[vectorstore.Hit]
+    embed_ms: float
+    lexical_hits: list[tuple[str, float]]
+    index: lexical.BM25Index | None
+    texts: dict[str, vectorstore.Hit]  # every chunk whose text is in hand
+    asked: set[str]  # the ids whose texts were asked for
+
+
+def _candidates(question: str, collection: str, where: dict[str, Any], *, mode: Mode, top_k: int) -> _Candidates:
+    """Both lists before fusion. The embedding and the vector search run on ``_dense_pool`` while
+    this thread reads the lexical index and fetches the texts of its top-k: after fusion those are
+    most of the top-k, and the dense list brings the texts of the rest."""
+    dense_job = _dense_pool.submit(_dense_hits, question, collection, where) if mode in ("dense", "hybrid") else None
+    lexical_hits: list[tuple[str, float]] = []
+    texts: dict[str, vectorstore.Hit] = {}
+    asked: set[str] = set()
+    index: lexical.BM25Index | None = None
+    try:
+        if mode in ("lexical", "hybrid"):
+            index = _lexical_index(collection, where)
+            lexical_hits = index.search(question, CANDIDATES)
+            asked = {chunk_id for chunk_id, _ in lexical_hits[:top_k]}
+            texts = {hit.id: hit for hit in vectorstore.get_ids(collection, sorted(asked), where)} if asked else {}
+    finally:
+        dense, embed_ms = dense_job.result() if dense_job is not None else ([], 0.0)
+    return _Candidates(dense, embed_ms, lexical_hits, index, texts | {hit.id: hit for hit in dense}, asked)
 
 
 def _relevance(mode: Mode, dense_weight: float, coverage: float, similarity: float) -> float:
@@ -180,16 +215,12 @@ def retrieve(
     mode: Mode = "hybrid",
     min_relevance: float = 0.0,
 ) -> RetrievalResult:
+    started = time.perf_counter()
     where = _where(chunk_size, language)
     result = RetrievalResult(chunks=[], mode=mode)
-    dense = _dense_hits(question, collection, where, result) if mode in ("dense", "hybrid") else []
-    started = time.perf_counter()
-    lexical_hits: list[tuple[str, float]] = []
-    known: dict[str, vectorstore.Hit] = {hit.id: hit for hit in dense}
-    index: lexical.BM25Index | None = None
-    if mode in ("lexical", "hybrid"):
-        index = _lexical_index(collection, where)
-        lexical_hits = index.search(question, CANDIDATES)
+    found = _candidates(question, collection, where, mode=mode, top_k=top_k)
+    dense, lexical_hits, index, known = found.dense, found.lexical_hits, found.index, found.texts
+    result.embed_ms = found.embed_ms
     dense_rank = {hit.id: rank for rank, hit in enumerate(dense, start=1)}
     dense_score = {hit.id: 1.0 - hit.distance for hit in dense}  # cosine similarity
     lexical_rank = {chunk_id: rank for rank, (chunk_id, _) in enumerate(lexical_hits, start=1)}
@@ -199,8 +230,8 @@ def retrieve(
     )
     ordered = sorted(fused, key=lambda chunk_id: -fused[chunk_id])
     weight = dense_weight(question)
-    missing = [chunk_id for chunk_id in ordered[:top_k] if chunk_id not in known]  # found by their terms alone
-    known |= {hit.id: hit for hit in vectorstore.get_ids(collection, missing)} if missing else {}
+    missing = [chunk_id for chunk_id in ordered[:top_k] if chunk_id not in known and chunk_id not in found.asked]
+    known |= {hit.id: hit for hit in vectorstore.get_ids(collection, missing, where)} if missing else {}
     for chunk_id in ordered[:top_k]:
         hit = known.get(chunk_id)
         if hit is None:  # deleted since the lexical index was saved
@@ -224,5 +255,6 @@ def retrieve(
                 relevance=round(relevance, 4),
             )
         )
-    result.search_ms += (time.perf_counter() - started) * 1000
+    # What retrieval took beyond embedding the question (the two overlap: their sum is the wall time).
+    result.search_ms = (time.perf_counter() - started) * 1000 - result.embed_ms
     return result

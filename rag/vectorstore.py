@@ -254,8 +254,10 @@ def _stored_in(parts: list[Collection], residual: dict[str, Any] | None) -> list
 
 
 @_guarded
-def get_ids(name: str, ids: list[str]) -> list[Hit]:
-    parts, _ = _partitions(name, None)
+def get_ids(name: str, ids: list[str], where: dict[str, Any] | None = None) -> list[Hit]:
+    """The stored chunks with these ids; ``where`` (its chunk size and language) says which partitions
+    to look in: one call to Chroma instead of a listing and a call per partition."""
+    parts, _ = _partitions(name, where)
     return [hit for part in parts for hit in _stored(part.get(ids=ids, include=["documents", "metadatas"]))]
 
 

@@ -9,6 +9,7 @@ import uuid
 
 import pytest
 import websockets
+from django.test import override_settings
 from websockets.typing import Origin
 
 from rag.vllm.records import RequestRecord
@@ -133,15 +134,23 @@ def test_a_websocket_gets_a_clear_error_for_a_bad_message(web_server: str) -> No
 def test_hybrid_retrieval_finds_korean_answers(chroma_server: str) -> None:
     """Recall@5 on the Korean evaluation set (rag/eval/chapter_qa_ko.jsonl), 1000-character chunks."""
     from labapp.chapter.services import chapter_load
+    from rag import embeddings
     from rag.evaluation import evaluate
     from rag.services import chapter_index
 
     chapter_load()
     chapter_index()
+    assert embeddings.backend() == "onnx", "make test exports the bundled model to ONNX"
     recall = {row.mode: row for row in evaluate(chunk_size=1000, modes=("lexical", "hybrid"))}
     assert recall["hybrid"].questions >= 40
     assert recall["hybrid"].at_5 >= 0.9, recall["hybrid"].misses
     assert recall["hybrid"].at_5 >= recall["lexical"].at_5 - 0.02
+    # The chunks were embedded on ONNX Runtime; questions embedded by PyTorch find the same answers.
+    with override_settings(EMBEDDING_BACKEND="torch"):
+        on_torch = {row.mode: row for row in evaluate(chunk_size=1000, modes=("dense", "hybrid"))}
+    on_onnx = {row.mode: row for row in evaluate(chunk_size=1000, modes=("dense", "hybrid"))}
+    for mode in ("dense", "hybrid"):
+        assert (on_onnx[mode].at_1, on_onnx[mode].at_5) == (on_torch[mode].at_1, on_torch[mode].at_5), mode
 
 
 @pytest.mark.django_db(transaction=True)
@@ -163,7 +172,11 @@ def test_the_lexical_index_is_saved_once_per_change_and_a_new_process_opens_it_w
     def no_rebuild(*args: object, **kwargs: object) -> None:
         raise AssertionError("the saved index was rebuilt from every chunk")
 
+    def no_count(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a question asked Chroma for a count (its index's stamp is read from the database)")
+
     monkeypatch.setattr(vectorstore, "get_where", no_rebuild)
+    monkeypatch.setattr(vectorstore, "count", no_count)
     found = retrieval.retrieve("프리필", collection=name, chunk_size=200, top_k=1, language="ko", mode="lexical")
     assert found.chunks and "프리필" in found.chunks[0].text
     monkeypatch.undo()

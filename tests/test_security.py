@@ -186,13 +186,20 @@ def test_chat_works_without_a_channel_layer(settings: Any, monkeypatch: pytest.M
 
 
 @pytest.fixture
-def slow_answers(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Answers that stream until stopped (no engine)."""
+def slow_answers(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Answers that stream until stopped (no engine); the questions whose retrieval was started."""
+    retrieved: list[str] = []
 
-    async def forever(run: chat.AnswerRun, send: Any) -> None:
+    async def forever(run: chat.AnswerRun, send: Any, retrieving: Any = None) -> None:
         await asyncio.sleep(60)
 
+    async def nothing_found(run: chat.AnswerRun) -> list[Any]:
+        retrieved.append(run.question)
+        return []
+
     monkeypatch.setattr(chat, "answer_run", forever)
+    monkeypatch.setattr(chat, "_retrieve", nothing_found)
+    return retrieved
 
 
 def _ask(client_id: str) -> dict[str, Any]:
@@ -201,7 +208,7 @@ def _ask(client_id: str) -> dict[str, Any]:
 
 @pytest.mark.django_db(transaction=True)
 def test_answers_at_once_are_limited_per_user_across_sockets(
-    class_server: None, slow_answers: None, settings: Any
+    class_server: None, slow_answers: list[str], settings: Any
 ) -> None:
     settings.CHAT_MAX_CONCURRENT_PER_USER = 2
     tab1, tab2 = _signed_in(), _signed_in()
@@ -227,10 +234,11 @@ def test_answers_at_once_are_limited_per_user_across_sockets(
     assert refused["type"] == "error" and refused["id"] == "b0" and "2개" in refused["error"]
     assert accepted["type"] == "started"
     assert Answer.objects.count() == 3  # the refused ask saved nothing
+    assert len(slow_answers) == 3  # and spent no retrieval: the limit is checked before searching
 
 
 @pytest.mark.django_db(transaction=True)
-def test_an_answer_left_streaming_by_a_lost_process_stops_counting(class_server: None, slow_answers: None) -> None:
+def test_an_answer_left_streaming_by_a_lost_process_stops_counting(class_server: None, slow_answers: list[str]) -> None:
     browser = _signed_in()
     conversation = Conversation.objects.create(owner=User.objects.get(username="learner1"))
     for _ in range(django_settings.CHAT_MAX_CONCURRENT_PER_USER):

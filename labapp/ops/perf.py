@@ -59,6 +59,21 @@ def chat_rows(web: str, quick: bool) -> list[Row]:
         ("  added by the chat, of which retrieval", f"{s['overhead_ms']:.0f} ms, {s['retrieval_ms']:.0f} ms", command),
         ("  added without retrieval", f"{s['overhead_without_retrieval_ms']:.1f} ms", command),
     ]
+    if "chat_own_ms" in s:
+        steps = ", ".join(f"{name} {ms:.1f}" for name, ms in s.get("steps_ms", {}).items())
+        rows += [
+            (
+                "  added beyond retrieval and the websocket: the chat's own steps (server clock)",
+                f"{s['chat_own_ms']:.1f} ms (from the TTFTs, engine spread included: "
+                f"{s['overhead_beyond_retrieval_and_socket_ms']:.1f} ms); steps after arrival: {steps}",
+                command,
+            ),
+            (
+                "  retrieval inside the chat: embedding / the rest",
+                f"{s['embed_ms']:.1f} ms / {s['search_ms']:.1f} ms",
+                command,
+            ),
+        ]
     cold_options = options | {"runs": 4 if quick else 10, "cold": True}
     c = _run("chat_overhead", web=web, **cold_options)
     assert isinstance(c, dict)
@@ -140,11 +155,34 @@ def retrieval_rows(quick: bool) -> list[Row]:
     return [
         (
             f"retrieval at {row['chunks']} chunks (embed + hybrid search)",
-            f"p50 {row['total_p50_ms']} ms, p95 {row['total_p95_ms']} ms",
+            f"p50 {row['total_p50_ms']} ms, p95 {row['total_p95_ms']} ms"
+            + (f" (embedding p50 {row['embed_p50_ms']} ms)" if "embed_p50_ms" in row else "")
+            + (f"; a new process's first question {row['first_query_s']} s" if "first_query_s" in row else ""),
             command,
         )
         for row in rows
     ]
+
+
+def recall_rows(quick: bool) -> list[Row]:
+    """Recall on the Korean evaluation set with the question embedded on each backend, side by side."""
+    options: dict[str, Any] = {"chunk_size": [500] if quick else [500, 1000], "backend": "both"}
+    found = _run("eval_retrieval", **options)
+    assert isinstance(found, list)
+    by = {(r["backend"], r["chunk_size"], r["mode"]): r for r in found}
+    command = "python manage.py eval_retrieval --backend both " + " ".join(
+        f"--chunk-size {size}" for size in options["chunk_size"]
+    )
+    rows = []
+    for size in options["chunk_size"]:
+        for mode in ("hybrid", "dense"):
+            figures = [
+                f"{backend} {by[backend, size, mode]['at_1']:.2f} / {by[backend, size, mode]['at_5']:.2f}"
+                for backend in ("onnx", "torch")
+                if (backend, size, mode) in by
+            ]
+            rows.append((f"recall@1 / @5, {mode}, {size}-character chunks", ", ".join(figures), command))
+    return rows
 
 
 def gradebook_rows(quick: bool) -> list[Row]:
@@ -171,11 +209,29 @@ def decode_rows(quick: bool) -> list[Row]:
     ]
 
 
+def machine_line() -> str:
+    """What every figure of the table ran on: cores, the CPU's bf16 support, the engine's dtype and model,
+    the embedding backend and the date."""
+    from django.conf import settings
+
+    from labapp.ops.stack.components import cpu_has_fast_bf16, engine_dtype, served_model
+    from rag import embeddings
+
+    cpu = "avx512_bf16 or AMX" if cpu_has_fast_bf16() else "AVX2, no fast bf16"
+    engine = (
+        f"embedded {served_model()} in {engine_dtype(gpu=False)}" if settings.VLLM_EMBEDDED else settings.VLLM_BASE_URL
+    )
+    return (
+        f"Measured {datetime.now():%Y-%m-%d} on {os.cpu_count()} cores ({cpu}); engine: {engine}; "
+        f"embedding: {embeddings.model_label()}."
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer runs and sizes (a few minutes)")
     parser.add_argument(
-        "--only", default="", help="comma-separated: chat,fidelity,client,race,retrieval,decode,gradebook"
+        "--only", default="", help="comma-separated: chat,fidelity,client,race,retrieval,recall,decode,gradebook"
     )
     args = parser.parse_args(argv)
     django.setup()
@@ -191,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         "client": lambda: client_rows(args.quick),
         "race": lambda: race_rows(args.quick),
         "retrieval": lambda: retrieval_rows(args.quick),
+        "recall": lambda: recall_rows(args.quick),
         "decode": lambda: decode_rows(args.quick),
         "gradebook": lambda: gradebook_rows(args.quick),
     }
@@ -216,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         for service in reversed(started):
             service.stop()
     table = ["| what | measured | command |", "|---|---|---|"] + [f"| {a} | {b} | `{c}` |" for a, b, c in rows]
-    text = "\n".join(table)
+    text = "\n".join([machine_line(), "", *table])
     print(text)
     out = Path(settings.DATA_DIR) / "perf" / f"perf-{datetime.now():%Y%m%d-%H%M%S}.md"
     out.parent.mkdir(parents=True, exist_ok=True)

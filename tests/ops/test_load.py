@@ -40,6 +40,8 @@ def test_many_sockets_browsers_and_a_job_at_once_deliver_every_frame_to_its_sock
     assert report["answers"]["failed"] == [] and report["answers"]["done"] == plan.sockets * plan.asks * plan.rounds
     assert report["pages"]["5xx"] == 0 and report["pages"]["other_not_200"] == []
     assert report["pages"]["gradebook_ms"]["n"] > 0, "the gradebook was not fetched"
+    assert report["pages"]["lab_page_ms"]["n"] > 0, "no lab page was fetched"
+    assert "gradebook / lab page, p50 and p95" in text
     assert report["saved"]["problems"] == [] and report["saved"]["saved"] == report["answers"]["asked"]
     assert report["job"] is not None and report["job"]["status"] == "done", report["job"]
     assert all(values[0] is not None for values in report["rss_mib"].values()), report["rss_mib"]

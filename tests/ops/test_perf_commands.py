@@ -70,7 +70,9 @@ def test_make_perf_turns_each_commands_json_into_table_rows(monkeypatch: pytest.
 
     canned: dict[str, Any] = {
         "chat_overhead": {"ratio": 1.21, "chat_ttft_ms": 370.0, "direct_ttft_ms": 305.0, "overhead_ms": 70.0,
-                          "retrieval_ms": 49.0, "overhead_without_retrieval_ms": 17.0, "prompt_tokens": 612},
+                          "retrieval_ms": 49.0, "overhead_without_retrieval_ms": 17.0, "prompt_tokens": 612,
+                          "chat_own_ms": 2.6, "overhead_beyond_retrieval_and_socket_ms": 4.1, "embed_ms": 12.0,
+                          "search_ms": 5.5, "steps_ms": {"checked": 2.1, "sent": 20.0}},
         "bench_fidelity": {"ours": {"median_ttft_ms": 396.0, "median_tpot_ms": 28.5, "output_throughput": 101.0,
                                     "client_cpu_s": 1.5},
                            "vllm": {"median_ttft_ms": 393.5, "median_tpot_ms": 31.5, "output_throughput": 94.3,
@@ -78,7 +80,11 @@ def test_make_perf_turns_each_commands_json_into_table_rows(monkeypatch: pytest.
         "bench_client_overhead": {"levels": [
             {"concurrency": 1, "first": {"client_queue_ms": {"p50": 0.15}}, "requests_per_s": 7.9},
             {"concurrency": 8, "first": {"client_queue_ms": {"p50": 2.4}}, "requests_per_s": 57.7}]},
-        "bench_retrieval_scale": [{"chunks": 1000, "total_p50_ms": 40.0, "total_p95_ms": 60.0}],
+        "bench_retrieval_scale": [{"chunks": 1000, "total_p50_ms": 40.0, "total_p95_ms": 60.0, "embed_p50_ms": 12.5,
+                                   "first_query_s": 0.21}],
+        "eval_retrieval": [
+            {"backend": b, "chunk_size": 500, "mode": m, "at_1": 0.62, "at_5": 0.88}
+            for b in ("onnx", "torch") for m in ("dense", "lexical", "hybrid")],
         "bench_client_race": {"levels": [
             {"concurrency": 1, "ratio": 0.9, "ours": {"added_ttft_ms": {"p50": 1.8}},
              "vllm": {"added_ttft_ms": {"p50": 2.0}}},
@@ -92,7 +98,7 @@ def test_make_perf_turns_each_commands_json_into_table_rows(monkeypatch: pytest.
     monkeypatch.setattr(perf, "_run", lambda command, **options: canned[command])
     rows = perf.chat_rows("http://x", quick=True) + perf.fidelity_rows(quick=True) + perf.client_rows(quick=True)
     rows += perf.retrieval_rows(quick=True) + perf.decode_rows(quick=True) + perf.gradebook_rows(quick=True)
-    rows += perf.race_rows(quick=True)
+    rows += perf.race_rows(quick=True) + perf.recall_rows(quick=True)
     text = {what: figure for what, figure, _ in rows}
     assert text["chat TTFT vs direct vLLM (ratio), shared prefix cached"].startswith("1.210")
     assert "612 prompt tokens" in text["chat TTFT vs direct vLLM (ratio), prefix cache emptied before each"]
@@ -101,6 +107,9 @@ def test_make_perf_turns_each_commands_json_into_table_rows(monkeypatch: pytest.
     assert text["  client CPU during the run: ours / vLLM's"] == "1.50 s / 2.25 s"
     assert text["client capacity before client queueing > 1 ms (p50)"].startswith("1 concurrent")
     assert "p95 60.0 ms" in text["retrieval at 1000 chunks (embed + hybrid search)"]
+    assert "first question 0.21 s" in text["retrieval at 1000 chunks (embed + hybrid search)"]
+    assert text["  added beyond retrieval and the websocket: the chat's own steps (server clock)"].startswith("2.6 ms")
+    assert text["recall@1 / @5, hybrid, 500-character chunks"] == "onnx 0.62 / 0.88, torch 0.62 / 0.88"
     assert text["measured TPOT / memory-bandwidth bound"].startswith("1.40")
     assert text["gradebook / a lab page (time to render)"].startswith("1.52 (469 vs 308 ms")
     race = "added TTFT at concurrency %d: ours / vllm bench serve (scripted server)"

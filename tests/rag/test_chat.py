@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -20,7 +21,7 @@ from django.test import Client
 
 from bench import scripted_server
 from labapp.asgi import application
-from rag import chat, retrieval
+from rag import chat, conversations, retrieval
 from rag.models import Answer, Conversation
 from rag.vectorstore import RetrievalUnavailable
 from rag.vllm import client as vllm_client
@@ -126,6 +127,44 @@ def test_an_answer_streams_token_by_token_and_is_saved_with_every_panel_number(f
     saved = Answer.objects.get()
     assert saved.settings["top_k"] == 3 and saved.settings["max_tokens"] == 32
     assert saved.timings["client"]["ttft_ms"] == t["client"]["ttft_ms"]
+
+
+def test_retrieval_runs_while_the_answer_is_saved_and_each_step_before_vllm_is_timed(
+    fake: scripted_server.Script, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The question is searched on a thread of its own while its row is written (the write does not wait
+    for the search, nor the search for the write); the panel keeps the time of each step."""
+    searching = threading.Event()
+
+    def retrieve(question: str, *, top_k: int, **kwargs: Any) -> retrieval.RetrievalResult:
+        searching.set()
+        return retrieval.RetrievalResult(chunks=CHUNKS[:top_k], embed_ms=3.0, search_ms=2.0)
+
+    answer_start = conversations.answer_start
+
+    def saved_once_searching(**kwargs: Any) -> Answer:
+        assert searching.wait(5), "the answer's row was written before its retrieval started"
+        return answer_start(**kwargs)
+
+    monkeypatch.setattr(retrieval, "retrieve", retrieve)
+    monkeypatch.setattr(conversations, "answer_start", saved_once_searching)
+    cookie = _cookie()
+
+    async def go() -> list[dict[str, Any]]:
+        socket = _socket(cookie)
+        assert (await socket.connect())[0]
+        await socket.send_json_to(_ask(top_k=2))
+        frames = await _until_done(socket)
+        await socket.disconnect()
+        return frames
+
+    answer = aio.run(go())[-1]["answer"]
+    assert answer["status"] == "done"
+    steps = answer["timings"]["steps"]
+    assert set(steps) == {"checked", "saved", "retrieved", "prompt", "sent"}
+    assert steps["checked"] <= min(steps["saved"], steps["retrieved"])
+    assert max(steps["saved"], steps["retrieved"]) <= steps["prompt"] <= steps["sent"]
+    assert steps["sent"] == pytest.approx(answer["timings"]["prep_ms"], abs=0.2)
 
 
 def _answers(cookie: bytes, n: int = 1) -> list[list[dict[str, Any]]]:

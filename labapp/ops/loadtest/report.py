@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict
 from typing import Any
 
 from bench.metrics import percentile
 from labapp.ops.loadtest.cast import Cast
 from labapp.ops.loadtest.plan import LoadPlan, RoundResult
+
+LAB_PAGE = re.compile(r"^/labs/\d+/$")
 
 
 def _pcts(values: list[float]) -> dict[str, float | None]:
@@ -52,6 +55,7 @@ def report_build(
             ),
             "latency_ms": _pcts([ms for *_, ms in pages]),
             "gradebook_ms": _pcts([ms for path, _, ms in pages if path.endswith("/results/")]),
+            "lab_page_ms": _pcts([ms for path, _, ms in pages if LAB_PAGE.match(path)]),
         },
         "token_delay_ms": {
             "first": _pcts([a.first_delay_ms for a in asks if a.first_delay_ms is not None]),
@@ -66,6 +70,12 @@ def report_build(
         "job": job,
         "saved": saved,
     }
+
+
+def _ratios(over: dict[str, Any], under: dict[str, Any]) -> str:
+    """``over`` / ``under`` at p50 and p95 (the gradebook's goal: within 2x an ordinary lab page)."""
+    parts = [f"{over[q] / under[q]:.2f}" if over[q] and under[q] else "—" for q in ("p50", "p95")]
+    return " / ".join(parts)
 
 
 def table(report: dict[str, Any]) -> str:
@@ -94,6 +104,8 @@ def table(report: dict[str, Any]) -> str:
         ),
         ("page latency p50 / p95, ms", p(pages["latency_ms"])),
         ("  gradebook page p50 / p95, ms", p(pages["gradebook_ms"])),
+        ("  a lab page (/labs/N/) p50 / p95, ms", p(pages["lab_page_ms"])),
+        ("  gradebook / lab page, p50 and p95", _ratios(pages["gradebook_ms"], pages["lab_page_ms"])),
         ("websocket token delay, first token p50 / p95, ms", p(report["token_delay_ms"]["first"])),
         ("websocket token delay, last token p50 / p95, ms", p(report["token_delay_ms"]["last"])),
         ("client TTFT p50 / p95, ms", p(report["client_ttft_ms"])),

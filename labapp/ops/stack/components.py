@@ -99,22 +99,73 @@ def redis() -> Component:
     )
 
 
+# The embedded Chroma server's configuration: its single-node defaults (chromadb 1.5's
+# single_node_frontend_config.yaml, the one `chroma run --path` uses) with one change. The
+# defaults keep no cache of collections, so every call first reads the collection and its
+# segments from SQLite; with an LRU cache a search takes ~5 ms instead of ~8 and a count ~1.4
+# instead of ~3.3 (1k chunks, two cores). One server makes every write, and it drops a
+# collection from its cache when it changes or deletes it.
+CHROMA_CONFIG = """\
+port: {port}
+listen_address: "127.0.0.1"
+persist_path: "{path}"
+allow_reset: false
+sqlitedb:
+  hash_type:
+    md5:
+  migration_mode:
+    apply:
+  url: "{path}/chroma.sqlite3"
+segment_manager:
+  hnsw_index_pool_cache_config:
+    memory:
+      capacity: 65536
+  persist_path: "{path}"
+sysdb:
+  Sqlite:
+    log_topic_namespace: "default"
+    log_tenant: "default"
+compaction_client:
+  Local:
+collections_with_segments_provider:
+  cache:
+    lru:
+      capacity: 1000
+  cache_ttl_secs: 60
+  permitted_parallelism: 32
+  cache_invalidation_retry_policy:
+    delay_ms: 0
+    max_retries: 0
+service_name: "rust-frontend-service"
+otel_endpoint: ""
+log:
+  Sqlite:
+    tenant_id: "default"
+    topic_namespace: "default"
+executor:
+  Local:
+    LocalExecutorConfig:
+scorecard_enabled: false
+"""
+
+
+def chroma_config_path() -> Path:
+    return data_dir() / "chroma.yaml"
+
+
+def _write_chroma_config() -> None:
+    port = _port_of(settings.CHROMA_URL)
+    chroma_config_path().write_text(CHROMA_CONFIG.format(port=port, path=data_dir("chroma")))
+
+
 def chroma() -> Component:
     port = _port_of(settings.CHROMA_URL)
     return Component(
         name="chroma",
-        command=[
-            str(VENV_BIN / "chroma"),
-            "run",
-            "--path",
-            str(data_dir("chroma")),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-        ],
+        command=[str(VENV_BIN / "chroma"), "run", str(chroma_config_path())],
         port=port,
         external=None if settings.CHROMA_EMBEDDED else f"CHROMA_URL={settings.CHROMA_URL}",
+        prepare=_write_chroma_config,
         ready=lambda: _http_ok(f"{settings.CHROMA_URL}/api/v2/heartbeat"),
     )
 

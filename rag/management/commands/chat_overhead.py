@@ -36,6 +36,7 @@ from websockets.exceptions import WebSocketException
 from websockets.typing import Origin
 
 from rag.vllm import client as vllm_client
+from rag.vllm.records import RequestRecord
 
 QUESTION = "프리필과 디코드는 어떻게 다른가요?"
 TOOL_USER_PREFIX = "tool-chat-overhead-"
@@ -86,14 +87,24 @@ class Command(BaseCommand):
             ("TTFT direct to vLLM (our client)", summary["direct_ttft_ms"]),
             ("TTFT through the chat (browser side of the socket)", summary["chat_ttft_ms"]),
             ("  of which retrieval", summary["retrieval_ms"]),
+            ("    embedding the question", summary["embed_ms"]),
+            ("    searching (Chroma + BM25)", summary["search_ms"]),
             ("  question received -> request sent to vLLM", summary["prep_ms"]),
+            ("    of which not retrieval (checks, saving, prompt)", summary["prep_beyond_retrieval_ms"]),
             ("  our vLLM client's own TTFT inside the chat", summary["chat_client_ttft_ms"]),
+            ("  vLLM's own queue + prefill (server side), the chat's request", summary["server_ms"]),
+            ("  vLLM's own queue + prefill (server side), the direct request", summary["direct_server_ms"]),
+            ("  first text read by our client -> its frame handed to the socket", summary["forward_ms"]),
             ("  websocket + consumer (socket TTFT - server's first-token send)", summary["socket_ms"]),
             ("overhead the chat adds to TTFT", summary["overhead_ms"]),
             ("overhead without retrieval", summary["overhead_without_retrieval_ms"]),
+            ("overhead beyond retrieval and the websocket", summary["overhead_beyond_retrieval_and_socket_ms"]),
+            ("  the same on the server's clock (the chat's own steps)", summary["chat_own_ms"]),
         ]
         for label, value in rows:
             self.stdout.write(f"{label:<66} median {value:9.1f} ms")
+        steps = ", ".join(f"{name} {ms:.1f}" for name, ms in summary["steps_ms"].items())
+        self.stdout.write(f"steps after the question arrived, median ms: {steps}")
         self.stdout.write(f"ratio chat/direct TTFT: {summary['ratio']:.3f}")
 
 
@@ -170,29 +181,36 @@ async def measure(options: dict[str, Any]) -> dict[str, Any]:
             question = f"{QUESTION} ({nonce})"
             if run % 2 == 0:
                 chat_ttft, answer = await _chat(socket, f"r{run}", question, options, http)
-                direct_ttft = await _direct(answer["prompt"].replace(nonce, other), options, http, model=model)
+                direct = await _direct(answer["prompt"].replace(nonce, other), options, http, model=model)
             else:
                 # Direct first needs the prompt the chat will build: take the warm-up's, with this nonce.
                 prompt = warm["prompt"].replace(warm["question"], f"{QUESTION} ({other})")
-                direct_ttft = await _direct(prompt, options, http, model=model)
+                direct = await _direct(prompt, options, http, model=model)
                 chat_ttft, answer = await _chat(socket, f"r{run}", question, options, http)
             t = answer["timings"]
             prompt_tokens = t["tokens"]["prompt"]
             rows.append(
                 {
                     "chat": chat_ttft,
-                    "direct": direct_ttft,
+                    "direct": (direct.ttft or 0.0) * 1000,
                     "retrieval": t["retrieval_ms"] or 0.0,
+                    "embed": t.get("embed_ms") or 0.0,
+                    "search": t.get("search_ms") or 0.0,
                     "prep": t["prep_ms"] or 0.0,
                     "client": t["client"]["ttft_ms"],
                     "socket": chat_ttft - t["server_first_token_ms"],
+                    # first text chunk read by our client -> its token frame handed to the socket
+                    "forward": t["server_first_token_ms"] - t["prep_ms"] - t["client"]["ttft_ms"],
+                    **{f"step_{name}": ms for name, ms in (t.get("steps") or {}).items()},
+                    "server": (t["server"]["queue_ms"] or 0.0) + (t["server"]["prefill_ms"] or 0.0),
+                    "direct_server": 1000 * ((direct.queue_time_server or 0.0) + (direct.prefill_time_server or 0.0)),
                 }
             )
     return _summary(rows, options, model=model, prompt_tokens=prompt_tokens)
 
 
-async def _direct(prompt: str, options: dict[str, Any], http: httpx.AsyncClient, *, model: str) -> float:
-    """TTFT in ms of ``prompt`` sent straight to vLLM, after the same quiet as a chat question."""
+async def _direct(prompt: str, options: dict[str, Any], http: httpx.AsyncClient, *, model: str) -> RequestRecord:
+    """``prompt`` sent straight to vLLM, after the same quiet as a chat question, as measured."""
     await _quiet(options, http)
     record = await vllm_client.stream_completion(
         prompt,
@@ -203,7 +221,7 @@ async def _direct(prompt: str, options: dict[str, Any], http: httpx.AsyncClient,
     )
     if record.ttft is None:
         raise CommandError(f"the direct request failed: {record.error}")
-    return record.ttft * 1000
+    return record
 
 
 def _summary(
@@ -213,6 +231,7 @@ def _summary(
         return round(statistics.median(r[key] for r in rows), 1)
 
     overhead = [r["chat"] - r["direct"] for r in rows]
+    beyond = [o - r["retrieval"] - r["socket"] for o, r in zip(overhead, rows, strict=True)]
     return {
         "runs": len(rows),
         "cold": bool(options.get("cold")),
@@ -221,13 +240,26 @@ def _summary(
         "direct_ttft_ms": median("direct"),
         "chat_ttft_ms": median("chat"),
         "retrieval_ms": median("retrieval"),
+        "embed_ms": median("embed"),
+        "search_ms": median("search"),
         "prep_ms": median("prep"),
+        "prep_beyond_retrieval_ms": round(statistics.median(r["prep"] - r["retrieval"] for r in rows), 1),
+        "server_ms": median("server"),
+        "direct_server_ms": median("direct_server"),
         "chat_client_ttft_ms": median("client"),
         "socket_ms": median("socket"),
+        "forward_ms": median("forward"),
+        # ms after the question arrived at which each step before vLLM was done (the answer's panel steps)
+        "steps_ms": {key[5:]: median(key) for key in rows[0] if key.startswith("step_")},
         "overhead_ms": round(statistics.median(overhead), 1),
         "overhead_without_retrieval_ms": round(
             statistics.median(o - r["retrieval"] for o, r in zip(overhead, rows, strict=True)), 1
         ),
+        # What the chat path adds that is neither retrieval nor the websocket, two ways: from the TTFTs
+        # (carries the engine's run-to-run spread, several ms either way), and on the server's clock:
+        # question received -> request sent, less retrieval, plus first text read -> its frame handed over.
+        "overhead_beyond_retrieval_and_socket_ms": round(statistics.median(beyond), 1),
+        "chat_own_ms": round(statistics.median(r["prep"] - r["retrieval"] + r["forward"] for r in rows), 1),
         "ratio": round(median("chat") / median("direct"), 3),
         "rows": rows,
     }
