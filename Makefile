@@ -94,4 +94,4 @@ lock:
 	rm -rf /tmp/lab-lock
 
 clean-data:
-	rm -rf data/redis data/chroma data/lab.sqlite3 data/tests
+	rm -rf data/redis data/chroma data/lab.sqlite3 data/lab.sqlite3-wal data/lab.sqlite3-shm data/tests

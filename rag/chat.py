@@ -8,14 +8,16 @@ Blocking work (embedding, Chroma, the ORM) runs in a thread, never on the loop.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import hashlib
 import time
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from channels.db import database_sync_to_async
+from django.db import close_old_connections
 from django.utils.translation import gettext as _
 
 from rag import answer_guard, prompting, retrieval
@@ -214,16 +216,16 @@ def _source(chunk: retrieval.RetrievedChunk, ref: CollectionRef) -> dict[str, An
     }
 
 
-async def _retrieve(run: AnswerRun) -> list[prompting.ContextChunk]:
+# Where questions are searched: not the one thread Channels keeps for the ORM, so a search never waits
+# behind page renders and other answers' database work, nor they behind it.
+_search_pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="chat-retrieval")
+Searching = concurrent.futures.Future[retrieval.RetrievalResult]
+
+
+def _search(run: AnswerRun) -> retrieval.RetrievalResult:
     s = run.settings
-    if s.top_k == 0:
-        run.retrieval_ms = 0.0
-        return []
-    started = time.perf_counter()
     try:
-        # Not on the one thread Channels keeps for the ORM: a search must not wait behind page
-        # renders and other answers' database work, nor they behind it.
-        result = await database_sync_to_async(retrieval.retrieve, thread_sensitive=False)(
+        return retrieval.retrieve(
             run.question,
             collection=run.collection.name,
             chunk_size=s.chunk_size,
@@ -231,6 +233,24 @@ async def _retrieve(run: AnswerRun) -> list[prompting.ContextChunk]:
             language=run.language if run.collection.by_language else None,
             min_relevance=s.threshold,
         )
+    finally:
+        close_old_connections()  # what Channels does around its own database calls
+
+
+def retrieval_submit(run: AnswerRun) -> Searching | None:
+    """Start searching for ``run`` now, from any thread; None when it asks for no chunks. The consumer
+    calls it in its database hop, the moment the ask is checked."""
+    return _search_pool.submit(_search, run) if run.settings.top_k else None
+
+
+async def _retrieve(run: AnswerRun, searching: Searching | None = None) -> list[prompting.ContextChunk]:
+    s = run.settings
+    if s.top_k == 0:
+        run.retrieval_ms = 0.0
+        return []
+    started = time.perf_counter()
+    try:
+        result = await asyncio.wrap_future(searching or _search_pool.submit(_search, run))
     except RetrievalUnavailable as exc:
         run.retrieval_ms = (time.perf_counter() - started) * 1000
         run.notice("retrieval_unavailable", _("검색 불가: 자료 없이 답합니다 (%(why)s)") % {"why": exc})
@@ -246,9 +266,9 @@ async def _retrieve(run: AnswerRun) -> list[prompting.ContextChunk]:
     return [chunk.context_chunk() for chunk in result.chunks]
 
 
-def retrieval_start(run: AnswerRun) -> asyncio.Task[list[prompting.ContextChunk]]:
-    """Start the answer's retrieval now (``answer_run`` awaits it): the consumer overlaps it with saving the row."""
-    return asyncio.ensure_future(_retrieve(run))
+def retrieval_start(run: AnswerRun, searching: Searching | None) -> asyncio.Task[list[prompting.ContextChunk]]:
+    """The answer's retrieval as a task (``answer_run`` awaits it), begun by ``retrieval_submit``."""
+    return asyncio.ensure_future(_retrieve(run, searching))
 
 
 def retrieval_discard(task: asyncio.Task[Any]) -> None:

@@ -156,14 +156,14 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             return
         most = int(settings.CHAT_MAX_CONCURRENT_PER_USER)
         try:
-            run, conversation_id, parent_id = await self._ask_read(content, most, received_at)
+            run, searching, conversation_id, parent_id = await self._ask_read(content, most, received_at)
         except (prompting.SettingsError, conversations.TooMany) as exc:
             await self._error(str(exc), client_id)
             return
-        run.mark("checked")
-        # Retrieval starts now, on a thread of its own, while the answer's row is written: the row
-        # is needed before vLLM is asked (it enforces the limit of answers at once), not before searching.
-        retrieving = chat.retrieval_start(run)
+        # The search began the moment the ask was checked, on a thread of its own, and goes on while the
+        # answer's row is written: the row is needed before vLLM is asked (it enforces the limit of
+        # answers at once), not before searching.
+        retrieving = chat.retrieval_start(run, searching)
         try:
             answer = await database_sync_to_async(self._ask_save)(run, conversation_id, parent_id, most)
         except (conversations.NotFound, conversations.TooMany) as exc:
@@ -187,17 +187,30 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
 
     async def _ask_read(
         self, content: dict[str, Any], most: int, received_at: float
-    ) -> tuple[chat.AnswerRun, int | None, int | None]:
-        """An ask frame checked, as the run it asks for, with its conversation and parent ids;
-        ``SettingsError`` or ``TooMany`` says what is wrong."""
+    ) -> tuple[chat.AnswerRun, chat.Searching | None, int | None, int | None]:
+        """An ask frame checked, as the run it asks for and its search (already begun), with its
+        conversation and parent ids; ``SettingsError`` or ``TooMany`` says what is wrong."""
         unknown = sorted(set(content) - {"type", "id", "question", "settings", "conversation", "parent"})
         if unknown:
             raise prompting.SettingsError(_("알 수 없는 필드: %(f)s") % {"f": ", ".join(unknown)})
         question = prompting.question_clean(content.get("question"))
         conversation_id = _optional_id(content.get("conversation"), "conversation")
         parent_id = _optional_id(content.get("parent"), "parent")
-        refs = await database_sync_to_async(self._ask_reads)(most)
-        chat_settings = prompting.settings_parse(content.get("settings"), collections=list(refs))
+        run, searching = await database_sync_to_async(self._ask_check)(
+            question, content.get("settings"), most, received_at
+        )
+        return run, searching, conversation_id, parent_id
+
+    def _ask_check(
+        self, question: str, raw: Any, most: int, received_at: float
+    ) -> tuple[chat.AnswerRun, chat.Searching | None]:
+        """What must be read before searching, in one trip to the database thread, and the search begun
+        from there: a first check of the limit of answers at once (``answer_start`` checks it again under
+        a lock), so an ask over it is refused before any retrieval is spent on it, and the collections
+        this learner may search."""
+        conversations.streaming_check(self.user, most)
+        refs = {ref.key: ref for ref in access.collections_for(self.user)}
+        chat_settings = prompting.settings_parse(raw, collections=list(refs))
         run = chat.AnswerRun(
             question=question,
             settings=chat_settings,
@@ -206,14 +219,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             stall_timeout_s=float(settings.CHAT_TIMEOUT_S),
             received_at=received_at,
         )
-        return run, conversation_id, parent_id
-
-    def _ask_reads(self, most_streaming: int) -> dict[str, access.CollectionRef]:
-        """What must be read before searching, in one trip to the database thread: the collections this
-        learner may search, and a first check of the limit of answers at once (``answer_start`` checks it
-        again under a lock), so that an ask over it is refused before any retrieval is spent on it."""
-        conversations.streaming_check(self.user, most_streaming)
-        return {ref.key: ref for ref in access.collections_for(self.user)}
+        run.mark("checked")
+        return run, chat.retrieval_submit(run)
 
     def _ask_save(self, run: chat.AnswerRun, conversation_id: int | None, parent_id: int | None, most: int) -> Answer:
         """While the question is searched: the answer's row, and the engine that answers (read at every

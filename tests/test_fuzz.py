@@ -107,11 +107,8 @@ def chat_socket_cookie(monkeypatch: pytest.MonkeyPatch, settings: Any) -> bytes:
     async def no_engine(run: chat.AnswerRun, send: Any, retrieving: Any = None) -> None:
         run.error = "no engine in the fuzz tests"
 
-    async def nothing_found(run: chat.AnswerRun) -> list[Any]:
-        return []
-
     monkeypatch.setattr(chat, "answer_run", no_engine)
-    monkeypatch.setattr(chat, "_retrieve", nothing_found)
+    monkeypatch.setattr(chat, "retrieval_submit", lambda run: aio.found_nothing())  # no search in the fuzz tests
     monkeypatch.setattr(embeddings, "warm_in_background", lambda: None)
     client = Client()
     client.force_login(User.objects.get_or_create(username="fuzzer")[0])

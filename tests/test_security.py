@@ -193,12 +193,12 @@ def slow_answers(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     async def forever(run: chat.AnswerRun, send: Any, retrieving: Any = None) -> None:
         await asyncio.sleep(60)
 
-    async def nothing_found(run: chat.AnswerRun) -> list[Any]:
+    def nothing_found(run: chat.AnswerRun) -> chat.Searching:
         retrieved.append(run.question)
-        return []
+        return aio.found_nothing()
 
     monkeypatch.setattr(chat, "answer_run", forever)
-    monkeypatch.setattr(chat, "_retrieve", nothing_found)
+    monkeypatch.setattr(chat, "retrieval_submit", nothing_found)
     return retrieved
 
 

@@ -103,3 +103,12 @@ def test_every_variable_is_documented_in_the_readme() -> None:
     readme = (ROOT / "README.md").read_text()
     missing = [name for name in env.VARIABLES if f"`{name}`" not in readme]
     assert not missing, f"README's configuration table lacks {missing}"
+
+
+def test_the_sqlite_database_keeps_a_write_ahead_log(tmp_path: Path) -> None:
+    """Readers never wait for a writer and a commit is one append (see labapp.settings._database)."""
+    database = tmp_path / "lab.sqlite3"
+    probe = "from django.db import connection; print(*connection.cursor().execute('PRAGMA journal_mode').fetchone())"
+    done = _manage("shell", "-c", probe, DATABASE_URL=f"sqlite:///{database}", DATA_DIR=str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "wal"
