@@ -167,7 +167,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         try:
             answer = await database_sync_to_async(self._ask_save)(run, conversation_id, parent_id, most)
         except (conversations.NotFound, conversations.TooMany) as exc:
-            retrieving.cancel()
+            chat.retrieval_discard(retrieving)
             await self._error(str(exc), client_id)
             return
         run.mark("saved")

@@ -104,9 +104,12 @@ def backend() -> str:
 
 
 def model_label() -> str:
+    """The model and, for the bundled one, the backend it runs on (the status page shows it)."""
     if settings.EMBEDDING_MODEL:
         return settings.EMBEDDING_MODEL
-    return f"all-MiniLM-L6-v2 (bundled, {backend()})"
+    from django.utils.translation import gettext as _
+
+    return _("all-MiniLM-L6-v2 (패키지에 포함, %(backend)s)") % {"backend": backend()}
 
 
 class OnnxEncoder:

@@ -186,7 +186,12 @@ def recall_rows(quick: bool) -> list[Row]:
 
 
 def gradebook_rows(quick: bool) -> list[Row]:
-    options = {"learners": 10 if quick else 30, "runs": 2}
+    from django.conf import settings
+
+    options: dict[str, Any] = {"learners": 10 if quick else 30, "runs": 2}
+    saved = Path(settings.DATA_DIR) / "perf" / "lab-results"  # lab_reliability --save data/perf/lab-results
+    if saved.is_dir():
+        options["results"] = saved
     r = _run("bench_gradebook", **options)
     assert isinstance(r, dict)
     figure = (

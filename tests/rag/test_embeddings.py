@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
+from django.utils import translation
 
 from rag import embeddings
 
@@ -55,7 +56,9 @@ def test_auto_takes_onnx_only_when_a_current_export_is_in_place(exported: Path, 
     shutil.copytree(exported, target)
     assert embeddings.backend() == "onnx"
     assert isinstance(embeddings.get_model(), embeddings.OnnxEncoder)
-    assert embeddings.model_label() == "all-MiniLM-L6-v2 (bundled, onnx)"
+    assert embeddings.model_label() == "all-MiniLM-L6-v2 (패키지에 포함, onnx)"
+    with translation.override("en"):
+        assert embeddings.model_label() == "all-MiniLM-L6-v2 (bundled, onnx)"
     assert len(embeddings.embed(["상태 확인"])[0]) == 384
     # An export of other weights (another package version) is not used.
     stamp = json.loads((target / "stamp.json").read_text())
@@ -91,3 +94,33 @@ def test_the_export_command_leaves_a_current_export_alone(
     shutil.copytree(exported, data_dir / "models" / embeddings.ONNX_FOLDER)
     call_command("export_embedding_onnx")
     assert "is current" in capsys.readouterr().out
+
+
+def test_the_embedding_benchmark_times_each_backend_and_shows_what_int8_would_cost(
+    exported: Path, data_dir: Path
+) -> None:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    shutil.copytree(exported, data_dir / "models" / embeddings.ONNX_FOLDER)
+    out = StringIO()
+    call_command("bench_embedding", questions=4, json=True, stdout=out)
+    rows = {row["backend"]: row for row in json.loads(out.getvalue())}
+    assert set(rows) == {
+        "torch (sentence-transformers)",
+        "onnx, 1 thread",
+        "onnx, 2 threads (the lab's)",
+        "onnx int8, 2 threads (not used)",
+    }
+    assert all(row["p50_ms"] > 0 and row["p95_ms"] >= row["p50_ms"] for row in rows.values())
+    assert rows["onnx, 2 threads (the lab's)"]["cosine_min"] > 0.9999
+    assert rows["onnx int8, 2 threads (not used)"]["cosine_min"] < 0.999  # why the lab keeps float32
+
+
+def test_the_embedding_benchmark_says_when_there_is_no_export(data_dir: Path) -> None:
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match="export_embedding_onnx"):
+        call_command("bench_embedding", questions=2)
