@@ -217,8 +217,10 @@ def _source(chunk: retrieval.RetrievedChunk, ref: CollectionRef) -> dict[str, An
 
 
 # Where questions are searched: not the one thread Channels keeps for the ORM, so a search never waits
-# behind page renders and other answers' database work, nor they behind it.
-_search_pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="chat-retrieval")
+# behind page renders and other answers' database work, nor they behind it. Two at a time: under
+# `make load` (50 sockets, 30 browsers) eight threads fighting the event loop for the GIL made page
+# latency p50/p95 777/3489 ms, two make it 267/2048 ms.
+_search_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="chat-retrieval")
 Searching = concurrent.futures.Future[retrieval.RetrievalResult]
 
 

@@ -163,7 +163,7 @@ def _dense_hits(question: str, collection: str, where: dict[str, Any]) -> tuple[
 
 # Where the question is embedded and searched by vector, beside the lexical half (``_candidates``):
 # ONNX Runtime and Chroma's HTTP call both release the GIL.
-_dense_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="retrieval-dense")
+_dense_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="retrieval-dense")
 
 
 @dataclass
