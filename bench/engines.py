@@ -33,10 +33,11 @@ def choices() -> list[Choice]:
     return [default] + [c for c in rows if c.url != default.url]
 
 
-def chosen_url(session: Any) -> str:
-    """The learner's pick (kept in their session) while it is still registered, else the configured engine."""
+def chosen_url(session: Any, options: list[Choice] | None = None) -> str:
+    """The learner's pick (kept in their session) while it is still registered (among ``options``,
+    default: ``choices()``), else the configured engine."""
     wanted = session.get(SESSION_KEY) if session is not None else None
-    urls = {c.url for c in choices()}
+    urls = {c.url for c in (choices() if options is None else options)}
     return wanted if wanted in urls else vllm_client.base_url()
 
 

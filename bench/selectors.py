@@ -63,8 +63,9 @@ def chat_engine(session_key: str | None) -> Engine:
     """The engine the learner picked on the engines page (kept in their session, read afresh), where
     the chat answers; the configured one when they picked none or their pick is gone."""
     session = import_module(settings.SESSION_ENGINE).SessionStore(session_key) if session_key else None
-    url = engines.chosen_url(session)
-    choice = next((c for c in engines.choices() if c.url == url), None)
+    options = engines.choices()  # one read of the registered engines
+    url = engines.chosen_url(session, options)
+    choice = next((c for c in options if c.url == url), None)
     if choice is None or choice.configured:
         return Engine(name=choice.name if choice else "")
     return Engine(url=choice.url, name=choice.name, model=choice.model)

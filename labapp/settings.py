@@ -115,7 +115,9 @@ def _database() -> dict[str, object]:
         raise ImproperlyConfigured(f"DATABASE_URL={url!r}: only sqlite:/// and postgres:// are supported")
     if engine.endswith("sqlite3"):
         Path(str(config["NAME"])).parent.mkdir(parents=True, exist_ok=True)
-        config["CONN_MAX_AGE"] = 0
+        # Connections are kept (as for PostgreSQL): opening one costs ~1 ms on SQLite with the
+        # pragmas below, paid on every database hop of a chat ask otherwise (its "checked" step
+        # 3.8 -> 3.0 ms, python manage.py chat_overhead --top-k 0, two AVX2 cores, 2026-12-02).
         # Write-ahead log: pages and searches read while an answer's row is written (no reader waits
         # for a writer), and a commit is one append: saving a chat answer's row took 5.0 ms with the
         # default rollback journal, 1.6 ms so (python manage.py chat_overhead, its "saved" step).

@@ -92,6 +92,7 @@ class AnswerRun:
     retrieval_ms: float | None = None
     embed_ms: float | None = None
     search_ms: float | None = None
+    dense_skipped: bool = False  # a Korean question, the English-only bundled model: BM25 alone
     sent_at: float | None = None  # request handed to vLLM
     first_forward_at: float | None = None  # first token frame handed to the websocket
     last_forward_at: float | None = None
@@ -123,6 +124,7 @@ class AnswerRun:
             "retrieval_ms": None if self.retrieval_ms is None else round(self.retrieval_ms, 1),
             "embed_ms": None if self.embed_ms is None else round(self.embed_ms, 1),
             "search_ms": None if self.search_ms is None else round(self.search_ms, 1),
+            "dense_skipped": self.dense_skipped,
             "prep_ms": self.ms_since_received(self.sent_at),  # question received → request sent
             "steps": self.steps,
             "client": {
@@ -258,6 +260,7 @@ async def _retrieve(run: AnswerRun, searching: Searching | None = None) -> list[
         run.notice("retrieval_unavailable", _("검색 불가: 자료 없이 답합니다 (%(why)s)") % {"why": exc})
         return []
     run.retrieval_ms, run.embed_ms, run.search_ms = result.retrieval_ms, result.embed_ms, result.search_ms
+    run.dense_skipped = result.dense_skipped
     run.sources = [_source(chunk, run.collection) for chunk in result.chunks]
     if not result.chunks:
         if result.below_threshold:

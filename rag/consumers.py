@@ -19,7 +19,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -49,6 +49,29 @@ def no_speeds(user: AbstractBaseUser, engine_url: str) -> chat.Speeds | None:
 
 def configured_engine(session_key: str | None) -> chat.Engine:
     return chat.Engine()
+
+
+class HeldFrames:
+    """An answer's frames, held until its "started" frame is out: the answer runs (and asks vLLM)
+    while its row is still being written, and the browser learns the row's id from "started"."""
+
+    def __init__(self, send_json: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
+        self.send_json = send_json
+        self.held: list[dict[str, Any]] = []
+        self.open = False
+
+    async def send(self, frame: dict[str, Any]) -> None:
+        if self.open:
+            await self.send_json(frame)
+        else:
+            self.held.append(frame)
+
+    async def open_with(self, first: dict[str, Any]) -> None:
+        """Send ``first``, then what was held, in order; from then on frames go straight out."""
+        await self.send_json(first)
+        while self.held:  # frames held while these were sent join the end of the line
+            await self.send_json(self.held.pop(0))
+        self.open = True
 
 
 class ChatConsumer(AsyncJsonWebsocketConsumer):
@@ -160,18 +183,37 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         except (prompting.SettingsError, conversations.TooMany) as exc:
             await self._error(str(exc), client_id)
             return
-        # The search began the moment the ask was checked, on a thread of its own, and goes on while the
-        # answer's row is written: the row is needed before vLLM is asked (it enforces the limit of
-        # answers at once), not before searching.
+        # The search began the moment the ask was checked, on a thread of its own. The answer starts
+        # now too: vLLM is asked as soon as the search is in and the prompt built, while the answer's
+        # row is still being written (the write takes the longest of the three on a busy CPU). Its
+        # frames wait for "started" (which carries the row's id); a row refused here (the limit of
+        # answers at once, checked again under a lock, or a conversation that is not the learner's)
+        # stops the answer, and with it any request already sent to vLLM.
         retrieving = chat.retrieval_start(run, searching)
+        # The engine that answers, read at every ask (a pick made on the engines page after this tab
+        # opened counts), beside the row's write: on a thread of its own, not behind the write.
+        engine = asyncio.ensure_future(
+            database_sync_to_async(self.engine_of, thread_sensitive=False)(sockets.scope_session_key(self.scope))
+        )
+        frames = HeldFrames(lambda frame: self.send_json(frame | {"id": client_id}))
+        saving = asyncio.ensure_future(
+            database_sync_to_async(self._ask_save)(run.question, run.settings, conversation_id, parent_id, most)
+        )
+        answering = self.in_flight[client_id] = asyncio.create_task(
+            self._answer(client_id, saving, frames, run, retrieving, engine)
+        )
         try:
-            answer = await database_sync_to_async(self._ask_save)(run, conversation_id, parent_id, most)
+            answer = await saving
         except (conversations.NotFound, conversations.TooMany) as exc:
-            chat.retrieval_discard(retrieving)
+            answering.cancel()  # its held frames are dropped
             await self._error(str(exc), client_id)
             return
+        except BaseException:  # the database failed: no answer without its row
+            answering.cancel()
+            raise
         run.mark("saved")
-        await self.send_json(
+        run.engine = await engine
+        await frames.open_with(
             {
                 "type": "started",
                 "id": client_id,
@@ -183,7 +225,6 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                 "engine": run.engine.shown(),
             }
         )
-        self.in_flight[client_id] = asyncio.create_task(self._answer(client_id, answer.pk, run, retrieving))
 
     async def _ask_read(
         self, content: dict[str, Any], most: int, received_at: float
@@ -222,29 +263,40 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         run.mark("checked")
         return run, chat.retrieval_submit(run)
 
-    def _ask_save(self, run: chat.AnswerRun, conversation_id: int | None, parent_id: int | None, most: int) -> Answer:
-        """While the question is searched: the answer's row, and the engine that answers (read at every
-        ask: a pick made on the engines page after this tab opened counts)."""
-        answer = conversations.answer_start(
+    def _ask_save(
+        self,
+        question: str,
+        chat_settings: prompting.ChatSettings,
+        conversation_id: int | None,
+        parent_id: int | None,
+        most: int,
+    ) -> Answer:
+        """While the question is searched and answered: the answer's row."""
+        return conversations.answer_start(
             user=self.user,
-            question=run.question,
-            settings=run.settings.as_dict(),
+            question=question,
+            settings=chat_settings.as_dict(),
             conversation_id=conversation_id,
             parent_id=parent_id,
             most_streaming=most,
         )
-        run.engine = self.engine_of(sockets.scope_session_key(self.scope))
-        return answer
 
     async def _answer(
-        self, client_id: str, answer_id: int, run: chat.AnswerRun, retrieving: asyncio.Task[Any] | None = None
+        self,
+        client_id: str,
+        saving: asyncio.Future[Answer],
+        frames: HeldFrames,
+        run: chat.AnswerRun,
+        retrieving: asyncio.Task[Any] | None = None,
+        engine: asyncio.Future[chat.Engine] | None = None,
     ) -> None:
-        async def send(frame: dict[str, Any]) -> None:
-            await self.send_json(frame | {"id": client_id})
+        send = frames.send  # held until "started" (with the answer's id) is out
 
         status = Answer.Status.FAILED
         try:
             with translation.override(self.language):
+                if engine is not None:
+                    run.engine = await engine
                 await chat.answer_run(run, send, retrieving)
                 if not run.error:  # after the stream, so it never delays the first token
                     speeds = await database_sync_to_async(self.speeds)(self.user, run.engine.base_url)
@@ -253,17 +305,26 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         except asyncio.CancelledError:
             status = Answer.Status.STOPPED
         except Exception as exc:  # recorded and reported, never lost silently
-            log.exception("chat answer %s failed", answer_id)
+            log.exception("chat answer %s failed", client_id)
             run.error = f"{type(exc).__name__}: {exc}"
         finally:
             if retrieving is not None:
                 chat.retrieval_discard(retrieving)
             self.in_flight.pop(client_id, None)
-            saved = await asyncio.shield(
-                database_sync_to_async(conversations.answer_finish)(answer_id=answer_id, run=run, status=status)
-            )
-            with contextlib.suppress(Exception):  # the socket may be gone (closed tab)
-                await send({"type": "done", "answer": conversations.answer_payload(saved)})
+            await asyncio.shield(self._answer_finish(saving, run, status, send))
+
+    async def _answer_finish(
+        self, saving: asyncio.Future[Answer], run: chat.AnswerRun, status: Answer.Status, send: Callable[..., Any]
+    ) -> None:
+        """The answer's row completed and the "done" frame sent; nothing when the row was refused
+        (``_ask`` has reported why)."""
+        try:
+            answer = await saving
+        except Exception:  # refused or failed: _ask reported it, there is no row to finish
+            return
+        saved = await database_sync_to_async(conversations.answer_finish)(answer_id=answer.pk, run=run, status=status)
+        with contextlib.suppress(Exception):  # the socket may be gone (closed tab)
+            await send({"type": "done", "answer": conversations.answer_payload(saved)})
 
     async def _client_timing(self, content: dict[str, Any]) -> None:
         answer_id = content.get("answer_id")

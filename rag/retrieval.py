@@ -20,10 +20,13 @@ from rag import embeddings, lexical, prompting, vectorstore
 
 Mode = Literal["dense", "lexical", "hybrid"]
 CANDIDATES = 30  # how deep each list goes before fusion
-# The bundled all-MiniLM-L6-v2 is English-only: on the Korean evaluation set its
-# ranking lowers recall when fused at full weight (recall@5 at 500-char chunks:
-# lexical 0.90, dense 0.41, equal-weight fusion 0.72, dense at 0.1 weight 0.90).
-KOREAN_DENSE_WEIGHT_BUNDLED = 0.1
+# The bundled all-MiniLM-L6-v2 is English-only: on the Korean evaluation set its ranking lowers
+# recall when fused at all (recall@1 / @5, 500-character chunks, 2026-12-02: lexical 0.66 / 0.91,
+# fused with the dense ranking at weight 0.1 0.62 / 0.88, at full weight lower still; at 200 and
+# 1000 characters the same). So a Korean question is not embedded with it: hybrid search is the
+# lexical half alone, and saves the embedding (~20 ms of a core, most of a search's time). A
+# multilingual EMBEDDING_MODEL gets its full weight; ``mode="dense"`` still embeds, to compare.
+KOREAN_DENSE_WEIGHT_BUNDLED = 0.0
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,9 @@ class RetrievalResult:
     search_ms: float = 0.0
     mode: Mode = "hybrid"
     below_threshold: int = 0  # candidates in the top-k dropped by min_relevance
+    # hybrid search that left out the dense half: the embedding model cannot read the question
+    # (a Korean question and the bundled English-only model, see KOREAN_DENSE_WEIGHT_BUNDLED)
+    dense_skipped: bool = False
 
     @property
     def retrieval_ms(self) -> float:
@@ -176,11 +182,13 @@ class _Candidates:
     asked: set[str]  # the ids whose texts were asked for
 
 
-def _candidates(question: str, collection: str, where: dict[str, Any], *, mode: Mode, top_k: int) -> _Candidates:
-    """Both lists before fusion. The embedding and the vector search run on ``_dense_pool`` while
-    this thread reads the lexical index and fetches the texts of its top-k: after fusion those are
-    most of the top-k, and the dense list brings the texts of the rest."""
-    dense_job = _dense_pool.submit(_dense_hits, question, collection, where) if mode in ("dense", "hybrid") else None
+def _candidates(
+    question: str, collection: str, where: dict[str, Any], *, mode: Mode, top_k: int, use_dense: bool
+) -> _Candidates:
+    """Both lists before fusion (the dense one only if ``use_dense``). The embedding and the vector search
+    run on ``_dense_pool`` while this thread reads the lexical index and fetches the texts of its
+    top-k: after fusion those are most of the top-k, and the dense list brings the texts of the rest."""
+    dense_job = _dense_pool.submit(_dense_hits, question, collection, where) if use_dense else None
     lexical_hits: list[tuple[str, float]] = []
     texts: dict[str, vectorstore.Hit] = {}
     asked: set[str] = set()
@@ -214,22 +222,28 @@ def retrieve(
     language: str | None = None,
     mode: Mode = "hybrid",
     min_relevance: float = 0.0,
+    embed: bool | None = None,
 ) -> RetrievalResult:
+    """The question's top-k chunks. ``embed=True`` keeps the dense half of a hybrid search even where
+    the embedding model cannot read the question (what it costs is measured that way); by default
+    the question decides (``dense_weight``)."""
     started = time.perf_counter()
     where = _where(chunk_size, language)
-    result = RetrievalResult(chunks=[], mode=mode)
-    found = _candidates(question, collection, where, mode=mode, top_k=top_k)
+    weight = dense_weight(question)
+    use_dense = mode == "dense" or (mode == "hybrid" and (weight > 0 or bool(embed)))
+    result = RetrievalResult(chunks=[], mode=mode, dense_skipped=mode == "hybrid" and not use_dense)
+    found = _candidates(question, collection, where, mode=mode, top_k=top_k, use_dense=use_dense)
     dense, lexical_hits, index, known = found.dense, found.lexical_hits, found.index, found.texts
     result.embed_ms = found.embed_ms
     dense_rank = {hit.id: rank for rank, hit in enumerate(dense, start=1)}
     dense_score = {hit.id: 1.0 - hit.distance for hit in dense}  # cosine similarity
     lexical_rank = {chunk_id: rank for rank, (chunk_id, _) in enumerate(lexical_hits, start=1)}
     lexical_score = dict(lexical_hits)
+    # One list alone (dense or lexical mode) keeps its own order at full weight.
     fused = lexical.reciprocal_rank_fusion(
-        [[h.id for h in dense], [i for i, _ in lexical_hits]], weights=[dense_weight(question), 1.0]
+        [[h.id for h in dense], [i for i, _ in lexical_hits]], weights=[weight if mode == "hybrid" else 1.0, 1.0]
     )
     ordered = sorted(fused, key=lambda chunk_id: -fused[chunk_id])
-    weight = dense_weight(question)
     missing = [chunk_id for chunk_id in ordered[:top_k] if chunk_id not in known and chunk_id not in found.asked]
     known |= {hit.id: hit for hit in vectorstore.get_ids(collection, missing, where)} if missing else {}
     for chunk_id in ordered[:top_k]:

@@ -95,6 +95,7 @@ def _card_labels() -> dict[str, str]:
         "prefill_vs_ttft": _("프리필 / TTFT"),
         "retrieval_split": _("검색 세부"),
         "embed": _("임베딩"),
+        "embed_skipped": _("임베딩 건너뜀 (영어 전용 모델, 한국어 질문: BM25만)"),
         "search": _("검색"),
         "relevance_help": _(
             "관련도: 질문의 단어(드문 단어일수록 무겁게)가 이 자료에 든 비율입니다. 100%면 질문의 단어가 모두 "

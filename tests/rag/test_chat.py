@@ -163,8 +163,81 @@ def test_retrieval_runs_while_the_answer_is_saved_and_each_step_before_vllm_is_t
     steps = answer["timings"]["steps"]
     assert set(steps) == {"checked", "saved", "retrieved", "prompt", "sent"}
     assert steps["checked"] <= min(steps["saved"], steps["retrieved"])
-    assert max(steps["saved"], steps["retrieved"]) <= steps["prompt"] <= steps["sent"]
+    assert steps["retrieved"] <= steps["prompt"] <= steps["sent"]
     assert steps["sent"] == pytest.approx(answer["timings"]["prep_ms"], abs=0.2)
+
+
+def test_vllm_is_asked_before_the_answers_row_is_written_and_its_frames_wait_for_started(
+    fake: scripted_server.Script, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The row's write is off the path to the first token: it may finish after the request went out,
+    and the answer's frames still come after "started" (which carries the row's id)."""
+    answer_start = conversations.answer_start
+    asked_first: list[bool] = []
+
+    def saved_once_vllm_was_asked(**kwargs: Any) -> Answer:
+        deadline = time.monotonic() + 5
+        while not fake.requests and time.monotonic() < deadline:
+            time.sleep(0.005)
+        asked_first.append(bool(fake.requests))
+        return answer_start(**kwargs)
+
+    monkeypatch.setattr(conversations, "answer_start", saved_once_vllm_was_asked)
+    (frames,) = _answers(_cookie())
+    assert asked_first == [True], "the answer's row was written before vLLM was asked"
+    kinds = [frame["type"] for frame in frames]
+    assert kinds[0] == "started" and kinds[-1] == "done" and "token" in kinds
+    steps = frames[-1]["answer"]["timings"]["steps"]
+    assert steps["sent"] <= steps["saved"]
+    assert frames[-1]["answer"]["status"] == "done"
+    assert Answer.objects.get().text == "프리필은 입력을 한 번에 처리합니다."
+
+
+def test_an_ask_whose_row_is_refused_stops_its_answer_and_saves_nothing(
+    fake: scripted_server.Script, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The limit is checked again under a lock when the row is written; losing that race (here: a
+    refusal after vLLM was asked) stops the answer and its request, and reports why."""
+
+    def refused_once_vllm_was_asked(**kwargs: Any) -> Answer:
+        deadline = time.monotonic() + 5
+        while not fake.requests and time.monotonic() < deadline:
+            time.sleep(0.005)
+        raise conversations.TooMany("동시에 답변 2개까지")
+
+    fake.delay_s = 0.2  # still streaming when the refusal comes
+    monkeypatch.setattr(conversations, "answer_start", refused_once_vllm_was_asked)
+    cookie = _cookie()
+
+    async def go() -> list[dict[str, Any]]:
+        socket = _socket(cookie)
+        assert (await socket.connect())[0]
+        await socket.send_json_to(_ask())
+        frames = [await socket.receive_json_from(timeout=5)]
+        await asyncio.sleep(0.5)  # nothing else comes for this ask
+        assert await socket.receive_nothing(timeout=0.1)
+        await socket.disconnect()
+        return frames
+
+    frames = aio.run(go())
+    assert frames == [{"type": "error", "error": "동시에 답변 2개까지", "id": "q1"}]
+    assert Answer.objects.count() == 0
+    assert fake.disconnected.wait(5), "the request sent to vLLM was not stopped"
+
+
+def test_the_panel_says_when_the_question_was_not_embedded(
+    fake: scripted_server.Script, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Korean question with the English-only bundled model: BM25 alone, and the saved timings say so."""
+
+    def retrieve(question: str, *, top_k: int, **kwargs: Any) -> retrieval.RetrievalResult:
+        return retrieval.RetrievalResult(chunks=CHUNKS[:top_k], embed_ms=0.0, search_ms=2.0, dense_skipped=True)
+
+    monkeypatch.setattr(retrieval, "retrieve", retrieve)
+    (frames,) = _answers(_cookie())
+    timings = frames[-1]["answer"]["timings"]
+    assert timings["dense_skipped"] is True and timings["embed_ms"] == 0.0
+    assert Answer.objects.get().timings["dense_skipped"] is True
 
 
 def _answers(cookie: bytes, n: int = 1) -> list[list[dict[str, Any]]]:
