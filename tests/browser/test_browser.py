@@ -68,6 +68,8 @@ def test_a_learner_asks_watches_tokens_arrive_stops_an_answer_and_compares_two_s
     for key in ("prefill_server", "ttft", "decode_client"):
         assert "ms" in first.locator(f"table.timing [data-k={key}]").inner_text(), key
     assert first.locator("table.timing [data-k=split]").inner_text().count("/") == 2
+    # A Korean question with the English-only bundled model: searched by BM25 alone, and the panel says so.
+    assert first.locator("table.timing [data-k=retrieval_split]").inner_text().startswith("임베딩 건너뜀")
     # Locator waits, not wait_for_function: the site's CSP (script-src 'self') refuses the eval it uses.
     expect(page.locator(".answer table.timing [data-k=websocket]").first).to_contain_text("ms", timeout=10_000)
     widths = [first.locator(f".seg-{p}").evaluate("e => parseFloat(e.style.width)") for p in ("prefill", "decode")]
