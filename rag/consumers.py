@@ -59,6 +59,7 @@ class HeldFrames:
         self.send_json = send_json
         self.held: list[dict[str, Any]] = []
         self.open = False
+        self.opened_at: float | None = None  # perf_counter when the held frames were out
 
     async def send(self, frame: dict[str, Any]) -> None:
         if self.open:
@@ -72,6 +73,7 @@ class HeldFrames:
         while self.held:  # frames held while these were sent join the end of the line
             await self.send_json(self.held.pop(0))
         self.open = True
+        self.opened_at = time.perf_counter()
 
 
 class ChatConsumer(AsyncJsonWebsocketConsumer):
@@ -225,6 +227,11 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                 "engine": run.engine.shown(),
             }
         )
+        # Token frames that waited for "started" reached the socket only now: the panel's
+        # forwarding times say when they went out, not when they were made.
+        for moment in ("first_forward_at", "last_forward_at"):
+            if getattr(run, moment) is not None:
+                setattr(run, moment, max(getattr(run, moment), frames.opened_at))
 
     async def _ask_read(
         self, content: dict[str, Any], most: int, received_at: float
