@@ -6,14 +6,23 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from rag.retrieval import RetrievalResult
+from rag.vllm import client as vllm_client
 
 T = TypeVar("T")
 
 
 def run(coroutine: Coroutine[Any, Any, T]) -> T:
-    """asyncio.run in a fresh thread: Playwright's sync API keeps a loop running in this one."""
+    """asyncio.run in a fresh thread: Playwright's sync API keeps a loop running in this one. The
+    loop's shared vLLM clients are closed before it ends."""
+
+    async def closing() -> T:
+        try:
+            return await coroutine
+        finally:
+            await vllm_client.close_shared_clients()
+
     with ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coroutine).result()
+        return pool.submit(asyncio.run, closing()).result()
 
 
 def found_nothing() -> Future[RetrievalResult]:

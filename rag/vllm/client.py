@@ -296,6 +296,13 @@ def shared_client(url: str | None = None) -> httpx.AsyncClient:
     return per_loop[url]
 
 
+async def close_shared_clients() -> None:
+    """Close this event loop's shared clients: for a loop about to end (a command's or a test's
+    ``asyncio.run``), whose open connections would otherwise be reported as unclosed."""
+    for http in _clients.pop(asyncio.get_running_loop(), {}).values():
+        await http.aclose()
+
+
 async def engine_model(url: str) -> str:
     """The model an OpenAI-compatible server at ``url`` serves (VLLM_MODEL for the configured engine)."""
     if settings.VLLM_MODEL and url.rstrip("/") == base_url().rstrip("/"):
