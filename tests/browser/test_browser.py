@@ -84,6 +84,8 @@ def test_a_learner_asks_watches_tokens_arrive_stops_an_answer_and_compares_two_s
     page.click("#ask-button")
     second = page.locator(".answer").nth(1)
     expect(second.locator(".text")).to_have_text(re.compile(r"\S.{3,}", re.S), timeout=120_000)
+    # Mid-page first: at the bottom of the window the sticky question form would be over the button.
+    second.locator("button.stop").evaluate("e => e.scrollIntoView({block: 'center'})")
     second.locator("button.stop").click()
     page.wait_for_selector(".answer[data-status=stopped]", timeout=15_000)
     assert second.locator(".text").inner_text().strip()
