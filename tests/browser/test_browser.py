@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from playwright.sync_api import expect
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser]
@@ -77,17 +78,32 @@ def test_a_learner_asks_watches_tokens_arrive_stops_an_answer_and_compares_two_s
     assert first.locator(".sources li[data-chunk]").count() >= 1
     assert "질문: 프리필과 디코드는" in first.locator(".prompt pre").text_content()
 
-    # A long answer, stopped half-way: the partial text stays and is marked stopped.
-    page.fill("textarea[name=question]", "KV 캐시를 아주 길고 자세하게 설명해 주세요.")
-    page.fill("input[name=max_tokens]", "600")
-    page.fill("input[name=temperature]", "1")
-    page.click("#ask-button")
-    second = page.locator(".answer").nth(1)
-    expect(second.locator(".text")).to_have_text(re.compile(r"\S.{3,}", re.S), timeout=120_000)
-    # Mid-page first: at the bottom of the window the sticky question form would be over the button.
-    second.locator("button.stop").evaluate("e => e.scrollIntoView({block: 'center'})")
-    second.locator("button.stop").click()
-    page.wait_for_selector(".answer[data-status=stopped]", timeout=15_000)
+    # A long answer, stopped half-way: the partial text stays and is marked stopped. The base model
+    # at temperature 1 sometimes ends an answer within a few tokens (a stop string, a repeat): one
+    # that is over before it could be stopped is asked again, at most four times.
+    asked = 1
+    second = None
+    for _ in range(4):
+        page.fill("textarea[name=question]", "KV 캐시를 아주 길고 자세하게 설명해 주세요.")
+        page.fill("input[name=max_tokens]", "600")
+        page.fill("input[name=temperature]", "1")
+        page.click("#ask-button")
+        answer = page.locator(".answer").nth(asked)
+        asked += 1
+        expect(answer.locator(".text")).to_have_text(re.compile(r"\S.{3,}", re.S), timeout=120_000)
+        stop = answer.locator("button.stop")
+        if answer.get_attribute("data-status") != "streaming":
+            continue
+        # Mid-page first: at the bottom of the window the sticky question form would be over the button.
+        stop.evaluate("e => e.scrollIntoView({block: 'center'})")
+        try:
+            stop.click(timeout=5_000)
+        except PlaywrightTimeout:  # over in the meantime
+            continue
+        second = answer
+        break
+    assert second is not None, "no answer of four lasted long enough to be stopped"
+    expect(second).to_have_attribute("data-status", "stopped", timeout=15_000)
     assert second.locator(".text").inner_text().strip()
     assert (second.locator("table.timing [data-k=ttft]").text_content() or "").endswith("ms")
 
@@ -104,11 +120,11 @@ def test_a_learner_asks_watches_tokens_arrive_stops_an_answer_and_compares_two_s
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "chat-side-by-side.png"), full_page=True)
 
-    # Reopened from the history, the same three answers and their panels come back.
+    # Reopened from the history, the same answers and their panels come back.
     page.goto(f"{full_stack}/chat/history/")
     page.locator("table.history a").first.click()
     page.wait_for_selector(".answer[data-status=stopped]")
-    assert page.locator(".answer").count() == 3
+    assert page.locator(".answer").count() == asked + 1
     assert page.locator(".turn.side-by-side .answer").count() == 2
     assert "ms" in page.locator(".answer .keynums [data-k=prefill]").first.inner_text()
     assert "ms" in (page.locator(".answer table.timing [data-k=ttft]").first.text_content() or "")
