@@ -215,6 +215,10 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             raise
         run.mark("saved")
         run.engine = await engine
+        await self._started(client_id, answer, run, frames)
+
+    async def _started(self, client_id: str, answer: Answer, run: chat.AnswerRun, frames: HeldFrames) -> None:
+        """The "started" frame (the answer's row is written), then the answer's frames held till now."""
         await frames.open_with(
             {
                 "type": "started",
