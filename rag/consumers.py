@@ -58,11 +58,10 @@ class HeldFrames:
     def __init__(self, send_json: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
         self.send_json = send_json
         self.held: list[dict[str, Any]] = []
-        self.open = False
-        self.opened_at: float | None = None  # perf_counter when the held frames were out
+        self.opened_at: float | None = None  # perf_counter when the held frames were out; None: holding
 
     async def send(self, frame: dict[str, Any]) -> None:
-        if self.open:
+        if self.opened_at is not None:
             await self.send_json(frame)
         else:
             self.held.append(frame)
@@ -72,7 +71,6 @@ class HeldFrames:
         await self.send_json(first)
         while self.held:  # frames held while these were sent join the end of the line
             await self.send_json(self.held.pop(0))
-        self.open = True
         self.opened_at = time.perf_counter()
 
 
