@@ -21,6 +21,7 @@ from django.http import Http404
 from django.utils.translation import gettext as _
 
 from labapp.access import classes_of, may_add_class_material, teaches
+from labapp.models import Classroom
 from rag.models import CHAPTER_COLLECTION, Answer, Conversation, Document
 
 
@@ -40,27 +41,44 @@ def user_collection_name(user: AbstractBaseUser | AnonymousUser) -> str:
     return f"user-{user.pk}"
 
 
+def _chapter_ref() -> CollectionRef:
+    return CollectionRef("chapter", CHAPTER_COLLECTION, _("챕터 본문"), by_language=True)
+
+
+def _mine_ref(user: AbstractBaseUser | AnonymousUser) -> CollectionRef:
+    return CollectionRef("mine", user_collection_name(user), _("내 문서"), by_language=False)
+
+
+def _class_ref(classroom: Classroom) -> CollectionRef:
+    label = _("수업 자료: %(name)s") % {"name": classroom.name}
+    return CollectionRef(f"class-{classroom.pk}", classroom.collection_name, label, by_language=False)
+
+
 def collections_for(user: AbstractBaseUser | AnonymousUser) -> list[CollectionRef]:
-    refs = [CollectionRef("chapter", CHAPTER_COLLECTION, _("챕터 본문"), by_language=True)]
+    refs = [_chapter_ref()]
     if user.is_authenticated:
-        refs.append(CollectionRef("mine", user_collection_name(user), _("내 문서"), by_language=False))
-        for classroom in classes_of(user).order_by("pk"):
-            refs.append(
-                CollectionRef(
-                    f"class-{classroom.pk}",
-                    classroom.collection_name,
-                    _("수업 자료: %(name)s") % {"name": classroom.name},
-                    by_language=False,
-                )
-            )
+        refs.append(_mine_ref(user))
+        refs += [_class_ref(classroom) for classroom in classes_of(user).order_by("pk")]
     return refs
 
 
 def collection_resolve(user: AbstractBaseUser | AnonymousUser, key: str) -> CollectionRef:
-    for ref in collections_for(user):
-        if ref.key == key:
-            return ref
-    raise CollectionNotFound(key)
+    """The collection ``key`` names, if ``user`` may search it; else ``CollectionNotFound``. The same
+    answer as looking it up in ``collections_for``, but the chapter and the user's own collection need
+    no query and a class's only its own: the chat resolves one at every question."""
+    if key == "chapter":
+        return _chapter_ref()
+    if not user.is_authenticated:
+        raise CollectionNotFound(key)
+    if key == "mine":
+        return _mine_ref(user)
+    number = key.removeprefix("class-")
+    if number == key or not number.isdecimal() or len(number) > 18 or number != str(int(number)):
+        raise CollectionNotFound(key)
+    classroom = classes_of(user).filter(pk=int(number)).first()
+    if classroom is None:
+        raise CollectionNotFound(key)
+    return _class_ref(classroom)
 
 
 def collection_for(user: AbstractBaseUser | AnonymousUser, key: str) -> CollectionRef:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import hashlib
 import time
 from collections.abc import Awaitable, Callable
@@ -223,10 +224,11 @@ def _source(chunk: retrieval.RetrievedChunk, ref: CollectionRef) -> dict[str, An
 # `make load` (50 sockets, 30 browsers) eight threads fighting the event loop for the GIL made page
 # latency p50/p95 777/3489 ms, two make it 267/2048 ms.
 _search_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="chat-retrieval")
-Searching = concurrent.futures.Future[retrieval.RetrievalResult]
+Searching = concurrent.futures.Future[retrieval.RetrievalResult | None]  # None: the ask failed its check
 
 
-def _search(run: AnswerRun) -> retrieval.RetrievalResult:
+def search(run: AnswerRun) -> retrieval.RetrievalResult:
+    """Search for ``run``'s question, on a search thread (it blocks)."""
     s = run.settings
     try:
         return retrieval.retrieve(
@@ -239,12 +241,28 @@ def _search(run: AnswerRun) -> retrieval.RetrievalResult:
         )
     finally:
         close_old_connections()  # what Channels does around its own database calls
+        run.mark("searched")  # in the search's thread: "retrieved" is when the answer task has it
 
 
-def retrieval_submit(run: AnswerRun) -> Searching | None:
-    """Start searching for ``run`` now, from any thread; None when it asks for no chunks. The consumer
-    calls it in its database hop, the moment the ask is checked."""
-    return _search_pool.submit(_search, run) if run.settings.top_k else None
+def retrieval_submit_checked(check: Callable[[], AnswerRun]) -> tuple[concurrent.futures.Future[AnswerRun], Searching]:
+    """Check an ask on a search thread and, if it passes, search for it right there: no hop to
+    another thread between the two. ``check`` reads the database (Django's connection of that
+    thread) and returns the run, or raises what is wrong with the ask; the first future says which
+    as soon as it is known, the second has the search (None for no chunks)."""
+    checked: concurrent.futures.Future[AnswerRun] = concurrent.futures.Future()
+
+    def check_then_search() -> retrieval.RetrievalResult | None:
+        close_old_connections()  # as Channels does before a database call
+        try:
+            run = check()
+        except BaseException as exc:
+            checked.set_exception(exc)
+            close_old_connections()
+            return None
+        checked.set_result(run)
+        return search(run) if run.settings.top_k else None
+
+    return checked, _search_pool.submit(check_then_search)
 
 
 async def _retrieve(run: AnswerRun, searching: Searching | None = None) -> list[prompting.ContextChunk]:
@@ -253,12 +271,18 @@ async def _retrieve(run: AnswerRun, searching: Searching | None = None) -> list[
         run.retrieval_ms = 0.0
         return []
     started = time.perf_counter()
+    if searching is None:
+        searching = _search_pool.submit(search, run)
     try:
-        result = await asyncio.wrap_future(searching or _search_pool.submit(_search, run))
+        found = await asyncio.wrap_future(searching)
     except RetrievalUnavailable as exc:
         run.retrieval_ms = (time.perf_counter() - started) * 1000
         run.notice("retrieval_unavailable", _("검색 불가: 자료 없이 답합니다 (%(why)s)") % {"why": exc})
         return []
+    if found is None:  # a search whose ask failed its check: nobody answers it
+        run.retrieval_ms = 0.0
+        return []
+    result = found
     run.retrieval_ms, run.embed_ms, run.search_ms = result.retrieval_ms, result.embed_ms, result.search_ms
     run.dense_skipped = result.dense_skipped
     run.sources = [_source(chunk, run.collection) for chunk in result.chunks]
@@ -272,7 +296,7 @@ async def _retrieve(run: AnswerRun, searching: Searching | None = None) -> list[
 
 
 def retrieval_start(run: AnswerRun, searching: Searching | None) -> asyncio.Task[list[prompting.ContextChunk]]:
-    """The answer's retrieval as a task (``answer_run`` awaits it), begun by ``retrieval_submit``."""
+    """The answer's retrieval as a task (``answer_run`` awaits it), begun by ``retrieval_submit_checked``."""
     return asyncio.ensure_future(_retrieve(run, searching))
 
 
@@ -400,24 +424,24 @@ async def answer_run(
 
     chunks = await (retrieving if retrieving is not None else _retrieve(run))
     run.mark("retrieved")
-    await send({"type": "retrieval", "retrieval_ms": run.retrieval_ms, "sources": run.sources})
+    retrieved = {"type": "retrieval", "retrieval_ms": run.retrieval_ms, "sources": run.sources}
     try:
         run.prompt = await _fit(run, chunks, max_model_len)
     except (prompting.SettingsError, vllm_client.EngineUnavailable) as exc:
+        await send(retrieved)
         run.error = str(exc)
         return
     run.mark("prompt")
-    await send(
-        {
-            "type": "prompt",
-            "api": run.api,
-            "prompt": run.prompt.text,
-            "sources": run.sources,
-            "notices": run.notices,
-        }
-    )
-
-    await _stream(run, run.prompt, send)
+    # These two frames go out while vLLM reads the prompt, not before it is sent: the first token
+    # frame waits for them (see ``_stream``).
+    prompted = {
+        "type": "prompt",
+        "api": run.api,
+        "prompt": run.prompt.text,
+        "sources": run.sources,
+        "notices": run.notices,
+    }
+    await _stream(run, run.prompt, send, before=(retrieved, prompted))
     if run.record.error:
         if not run.record.error.startswith("HTTP "):
             # The engine went away (or stalled): the next ask asks it again at once instead of
@@ -428,11 +452,22 @@ async def answer_run(
     await _measure_prompt(run)
 
 
-async def _stream(run: AnswerRun, prompt: prompting.Prompt, send: Send) -> None:
-    """Stream the answer into ``run.record``, forwarding each piece of text as a token frame."""
+async def _send_all(send: Send, frames: tuple[dict[str, Any], ...]) -> None:
+    for frame in frames:
+        await send(frame)
+
+
+async def _stream(
+    run: AnswerRun, prompt: prompting.Prompt, send: Send, before: tuple[dict[str, Any], ...] = ()
+) -> None:
+    """Stream the answer into ``run.record``, forwarding each piece of text as a token frame. The
+    ``before`` frames are sent once the request is on its way, and always before any token frame."""
+    preamble: asyncio.Future[None] | None = None
 
     async def on_text(text: str, record: RequestRecord) -> None:
         answer_guard.check(record, question=run.question)  # a repeat cancels the request here
+        if preamble is not None:
+            await preamble
         now = time.perf_counter()
         first = run.first_forward_at is None
         frame: dict[str, Any] = {"type": "token", "text": text, "n": record.output_tokens}
@@ -454,6 +489,8 @@ async def _stream(run: AnswerRun, prompt: prompting.Prompt, send: Send) -> None:
     )
     run.sent_at = time.perf_counter()
     run.mark("sent")
+    # Scheduled now, it runs at the request's first wait: the request is written before these frames.
+    preamble = asyncio.ensure_future(_send_all(send, before))
     try:
         await vllm_client.stream_request(
             request,
@@ -465,6 +502,9 @@ async def _stream(run: AnswerRun, prompt: prompting.Prompt, send: Send) -> None:
         )
     except answer_guard.Repeated as repeated:  # leaving the stream closed it: vLLM aborts the request
         run.notice("repeat", answer_guard.stop_at(run.record, repeated.cut))
+    finally:
+        with contextlib.suppress(Exception):  # a closed socket: the stream's own outcome is what counts
+            await asyncio.shield(preamble)  # sent whatever became of the request (a stop lets it finish)
 
 
 def _engine_error(error: str, stall_timeout_s: float) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import re
@@ -246,31 +247,35 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         question = prompting.question_clean(content.get("question"))
         conversation_id = _optional_id(content.get("conversation"), "conversation")
         parent_id = _optional_id(content.get("parent"), "parent")
-        run, searching = await database_sync_to_async(self._ask_check)(
-            question, content.get("settings"), most, received_at
+        checked, searching = chat.retrieval_submit_checked(
+            functools.partial(self._ask_check, question, content.get("settings"), most, received_at)
         )
+        run = await asyncio.wrap_future(checked)
         return run, searching, conversation_id, parent_id
 
-    def _ask_check(
-        self, question: str, raw: Any, most: int, received_at: float
-    ) -> tuple[chat.AnswerRun, chat.Searching | None]:
-        """What must be read before searching, in one trip to the database thread, and the search begun
-        from there: a first check of the limit of answers at once (``answer_start`` checks it again under
-        a lock), so an ask over it is refused before any retrieval is spent on it, and the collections
-        this learner may search."""
-        conversations.streaming_check(self.user, most)
-        refs = {ref.key: ref for ref in access.collections_for(self.user)}
-        chat_settings = prompting.settings_parse(raw, collections=list(refs))
+    def _ask_check(self, question: str, raw: Any, most: int, received_at: float) -> chat.AnswerRun:
+        """What must be read before searching, on the search's own thread (the search follows there):
+        a first check of the limit of answers at once (``answer_start`` checks it again under a lock),
+        so an ask over it is refused before any retrieval is spent on it, and the collection asked
+        for, if this learner may search it (the chapter and their own need no query)."""
+        with translation.override(self.language):
+            conversations.streaming_check(self.user, most)
+            chat_settings = prompting.settings_parse(raw)
+            try:
+                collection = access.collection_resolve(self.user, chat_settings.collection)
+            except access.CollectionNotFound:
+                keys = [ref.key for ref in access.collections_for(self.user)]
+                raise prompting.SettingsError(prompting.collection_unknown(chat_settings.collection, keys)) from None
         run = chat.AnswerRun(
             question=question,
             settings=chat_settings,
-            collection=refs[chat_settings.collection],
+            collection=collection,
             language=self.language,
             stall_timeout_s=float(settings.CHAT_TIMEOUT_S),
             received_at=received_at,
         )
         run.mark("checked")
-        return run, chat.retrieval_submit(run)
+        return run
 
     def _ask_save(
         self,

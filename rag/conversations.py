@@ -7,7 +7,7 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -70,12 +70,29 @@ def answer_start(
 
 def streaming_check(user: AbstractBaseUser, most_streaming: int) -> None:
     """``TooMany`` when the user already has ``most_streaming`` answers streaming."""
-    streaming = answers_streaming(user).count()
+    streaming = streaming_count(user)
     if streaming >= most_streaming:
         raise TooMany(
             _("답변 중인 질문이 이미 %(n)d개입니다 (한 사람이 동시에 %(most)d개까지). 하나가 끝나면 다시 물어보세요.")
             % {"n": streaming, "most": most_streaming}
         )
+
+
+def streaming_count(user: AbstractBaseUser) -> int:
+    """``answers_streaming(user).count()``, in SQL written out: the chat asks it before every search,
+    and building the ORM's query costs ~0.6 ms where running it costs ~0.1 (SQLite, two cores).
+    ``tests/rag/test_conversations.py`` holds the two to the same answer."""
+    answer, conversation = (connection.ops.quote_name(m._meta.db_table) for m in (Answer, Conversation))
+    since = connection.ops.adapt_datetimefield_value(timezone.now() - timedelta(seconds=STREAMING_STALE_S))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            # Only the models' own table names go into the text (quoted); every value is a parameter.
+            f"SELECT COUNT(*) FROM {answer} a JOIN {conversation} c ON a.conversation_id = c.id "  # noqa: S608
+            "WHERE c.owner_id = %s AND a.status = %s AND a.created_at >= %s",
+            [user.pk, Answer.Status.STREAMING.value, since],
+        )
+        row = cursor.fetchone()
+    return int(row[0])
 
 
 def answers_streaming(user: AbstractBaseUser) -> QuerySet[Answer]:

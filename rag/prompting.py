@@ -62,8 +62,10 @@ def _integer(raw: dict[str, Any], key: str, low: int, high: int, default: int) -
     return int(_number(raw, key, low, high, default, whole=True))
 
 
-def settings_parse(raw: Any, *, collections: list[str]) -> ChatSettings:
-    """Validate the settings of one message; unknown keys and values are errors, not ignored."""
+def settings_parse(raw: Any, *, collections: list[str] | None = None) -> ChatSettings:
+    """Validate the settings of one message; unknown keys and values are errors, not ignored.
+    ``collections``: the keys the collection must be one of; None: the caller resolves the key
+    (``rag.access.collection_resolve``), here it need only be a short string."""
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
@@ -73,8 +75,10 @@ def settings_parse(raw: Any, *, collections: list[str]) -> ChatSettings:
     if unknown:
         raise SettingsError(f"unknown setting {unknown[0]!r} (known: {', '.join(sorted(known))})")
     collection = raw.get("collection", "chapter")
-    if collection not in collections:
-        raise SettingsError(f"collection: {collection!r} is not one of {', '.join(collections)}")
+    if collections is None and not (isinstance(collection, str) and 0 < len(collection) <= 40):
+        raise SettingsError(f"collection: expected a collection's key, got {str(collection)[:60]!r}")
+    if collections is not None and collection not in collections:
+        raise SettingsError(collection_unknown(collection, collections))
     chunk_size = _integer(raw, "chunk_size", min(CHUNK_SIZES), max(CHUNK_SIZES), 500)
     if chunk_size not in CHUNK_SIZES:
         raise SettingsError(f"chunk_size: expected one of {', '.join(map(str, CHUNK_SIZES))}, got {chunk_size}")
@@ -90,6 +94,10 @@ def settings_parse(raw: Any, *, collections: list[str]) -> ChatSettings:
         max_tokens=_integer(raw, "max_tokens", 1, 2048, 128),
         temperature=_number(raw, "temperature", 0.0, 2.0, 0.0),
     )
+
+
+def collection_unknown(collection: Any, collections: list[str]) -> str:
+    return f"collection: {str(collection)[:60]!r} is not one of {', '.join(collections)}"
 
 
 def question_clean(raw: Any) -> str:

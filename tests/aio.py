@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from rag.retrieval import RetrievalResult
@@ -25,9 +25,7 @@ def run(coroutine: Coroutine[Any, Any, T]) -> T:
         return pool.submit(asyncio.run, closing()).result()
 
 
-def found_nothing() -> Future[RetrievalResult]:
-    """A chat search already over with nothing found: what ``rag.chat.retrieval_submit`` returns in
-    tests without Chroma or the embedding model."""
-    searching: Future[RetrievalResult] = Future()
-    searching.set_result(RetrievalResult(chunks=[]))
-    return searching
+def nothing_found(run: object) -> RetrievalResult:
+    """A chat search with nothing found: what ``rag.chat.search`` stands in for in tests without
+    Chroma or the embedding model."""
+    return RetrievalResult(chunks=[])

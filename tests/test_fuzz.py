@@ -108,7 +108,7 @@ def chat_socket_cookie(monkeypatch: pytest.MonkeyPatch, settings: Any) -> bytes:
         run.error = "no engine in the fuzz tests"
 
     monkeypatch.setattr(chat, "answer_run", no_engine)
-    monkeypatch.setattr(chat, "retrieval_submit", lambda run: aio.found_nothing())  # no search in the fuzz tests
+    monkeypatch.setattr(chat, "search", aio.nothing_found)  # no search in the fuzz tests
     monkeypatch.setattr(embeddings, "warm_in_background", lambda: None)
     client = Client()
     client.force_login(User.objects.get_or_create(username="fuzzer")[0])

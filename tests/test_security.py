@@ -26,6 +26,7 @@ from labapp import sockets
 from labapp.asgi import application
 from rag import chat, embeddings
 from rag.models import Answer, Conversation
+from rag.retrieval import RetrievalResult
 from tests import aio
 from tests.settings import free_port
 
@@ -193,12 +194,12 @@ def slow_answers(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     async def forever(run: chat.AnswerRun, send: Any, retrieving: Any = None) -> None:
         await asyncio.sleep(60)
 
-    def nothing_found(run: chat.AnswerRun) -> chat.Searching:
+    def nothing_found(run: chat.AnswerRun) -> RetrievalResult:
         retrieved.append(run.question)
-        return aio.found_nothing()
+        return aio.nothing_found(run)
 
     monkeypatch.setattr(chat, "answer_run", forever)
-    monkeypatch.setattr(chat, "retrieval_submit", nothing_found)
+    monkeypatch.setattr(chat, "search", nothing_found)
     return retrieved
 
 

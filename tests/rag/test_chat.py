@@ -21,7 +21,8 @@ from django.test import Client
 
 from bench import scripted_server
 from labapp.asgi import application
-from rag import chat, conversations, retrieval
+from rag import chat, conversations, prompting, retrieval
+from rag.access import CollectionRef
 from rag.models import Answer, Conversation
 from rag.vectorstore import RetrievalUnavailable
 from rag.vllm import client as vllm_client
@@ -161,8 +162,8 @@ def test_retrieval_runs_while_the_answer_is_saved_and_each_step_before_vllm_is_t
     answer = aio.run(go())[-1]["answer"]
     assert answer["status"] == "done"
     steps = answer["timings"]["steps"]
-    assert set(steps) == {"checked", "saved", "retrieved", "prompt", "sent"}
-    assert steps["checked"] <= min(steps["saved"], steps["retrieved"])
+    assert set(steps) == {"checked", "saved", "searched", "retrieved", "prompt", "sent"}
+    assert steps["checked"] <= min(steps["saved"], steps["searched"]) and steps["searched"] <= steps["retrieved"]
     assert steps["retrieved"] <= steps["prompt"] <= steps["sent"]
     assert steps["sent"] == pytest.approx(answer["timings"]["prep_ms"], abs=0.2)
 
@@ -632,3 +633,33 @@ def test_the_chat_page_draws_compact_cards_with_the_question_box_in_reach(fake: 
     # Relevance says what it is and which way is good; cosine similarity is named as 1 − distance.
     assert "100%" in labels["relevance_help"] and "1 − 코사인 거리" in labels["relevance_help"]
     assert "실습 1" in labels["estimate_none"]  # no speeds yet points to Lab 1, not to more chat answers
+
+
+def test_the_retrieval_and_prompt_frames_go_out_after_the_request_and_before_any_token(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """vLLM is asked first (those frames are sent while it reads the prompt), and the browser still
+    sees retrieval, prompt, then tokens, even when the first token is back before the frames are out."""
+    events: list[str] = []
+
+    async def stream_request(spec: Any, *, on_text: Any, record: Any, **kwargs: Any) -> Any:
+        events.append("request")
+        await on_text("첫", record)  # before the frames' sender has run at all
+        return record
+
+    async def send(frame: dict[str, Any]) -> None:
+        await asyncio.sleep(0.01)  # a slow socket
+        events.append(frame["type"])
+
+    monkeypatch.setattr(vllm_client, "stream_request", stream_request)
+    run = chat.AnswerRun(
+        question="q",
+        settings=prompting.ChatSettings(),
+        collection=CollectionRef("chapter", "chapter", "챕터", by_language=True),
+        language="ko",
+        stall_timeout_s=5,
+    )
+    prompt = prompting.prompt_build("q", [], brief=False, language="ko")
+    before = ({"type": "retrieval"}, {"type": "prompt"})
+    aio.run(chat._stream(run, prompt, send, before=before))
+    assert events == ["request", "retrieval", "prompt", "token"]
