@@ -181,7 +181,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         most = int(settings.CHAT_MAX_CONCURRENT_PER_USER)
         try:
             run, searching, conversation_id, parent_id = await self._ask_read(content, most, received_at)
-        except (prompting.SettingsError, conversations.TooMany) as exc:
+        except (prompting.SettingsError, conversations.TooMany, conversations.NotFound) as exc:
             await self._error(str(exc), client_id)
             return
         # The search began the moment the ask was checked, on a thread of its own. The answer starts
@@ -240,7 +240,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         self, content: dict[str, Any], most: int, received_at: float
     ) -> tuple[chat.AnswerRun, chat.Searching | None, int | None, int | None]:
         """An ask frame checked, as the run it asks for and its search (already begun), with its
-        conversation and parent ids; ``SettingsError`` or ``TooMany`` says what is wrong."""
+        conversation and parent ids; ``SettingsError``, ``TooMany`` or ``NotFound`` says what is wrong."""
         unknown = sorted(set(content) - {"type", "id", "question", "settings", "conversation", "parent"})
         if unknown:
             raise prompting.SettingsError(_("알 수 없는 필드: %(f)s") % {"f": ", ".join(unknown)})
@@ -248,18 +248,24 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         conversation_id = _optional_id(content.get("conversation"), "conversation")
         parent_id = _optional_id(content.get("parent"), "parent")
         checked, searching = chat.retrieval_submit_checked(
-            functools.partial(self._ask_check, question, content.get("settings"), most, received_at)
+            functools.partial(
+                self._ask_check, question, content.get("settings"), most, received_at, (conversation_id, parent_id)
+            )
         )
         run = await asyncio.wrap_future(checked)
         return run, searching, conversation_id, parent_id
 
-    def _ask_check(self, question: str, raw: Any, most: int, received_at: float) -> chat.AnswerRun:
+    def _ask_check(
+        self, question: str, raw: Any, most: int, received_at: float, follows: tuple[int | None, int | None]
+    ) -> chat.AnswerRun:
         """What must be read before searching, on the search's own thread (the search follows there):
         a first check of the limit of answers at once (``answer_start`` checks it again under a lock),
         so an ask over it is refused before any retrieval is spent on it, and the collection asked
-        for, if this learner may search it (the chapter and their own need no query)."""
+        for, if this learner may search it (the chapter and their own need no query); for a follow-up,
+        that its conversation and parent are the learner's (``follows``)."""
         with translation.override(self.language):
             conversations.streaming_check(self.user, most)
+            conversations.follow_up_check(self.user, *follows)
             chat_settings = prompting.settings_parse(raw)
             try:
                 collection = access.collection_resolve(self.user, chat_settings.collection)

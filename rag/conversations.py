@@ -57,15 +57,36 @@ def answer_start(
     else:
         found = access.conversations_visible(user).select_for_update().filter(pk=conversation_id).first()
         if found is None:
-            raise NotFound(_("대화 %(id)s을(를) 찾을 수 없습니다.") % {"id": conversation_id})
+            raise _conversation_missing(conversation_id)
         conversation = found
         conversation.save(update_fields=["updated_at"])
     parent = None
     if parent_id is not None:
         parent = Answer.objects.filter(pk=parent_id, conversation=conversation).first()
         if parent is None:
-            raise NotFound(_("답변 %(id)s을(를) 이 대화에서 찾을 수 없습니다.") % {"id": parent_id})
+            raise _parent_missing(parent_id)
     return Answer.objects.create(conversation=conversation, parent=parent, question=question, settings=settings)
+
+
+def follow_up_check(user: AbstractBaseUser, conversation_id: int | None, parent_id: int | None) -> None:
+    """``NotFound`` when ``answer_start`` would refuse where the question goes (a conversation that is
+    not the user's, a parent answer not in it): the chat checks this before it spends a search or a
+    request to vLLM on the question. ``answer_start`` checks again under a lock."""
+    if conversation_id is not None and not access.conversations_visible(user).filter(pk=conversation_id).exists():
+        raise _conversation_missing(conversation_id)
+    if parent_id is None:
+        return
+    # A new conversation (None) has no answers yet: any parent is missing from it.
+    if conversation_id is None or not Answer.objects.filter(pk=parent_id, conversation_id=conversation_id).exists():
+        raise _parent_missing(parent_id)
+
+
+def _conversation_missing(conversation_id: int) -> NotFound:
+    return NotFound(_("대화 %(id)s을(를) 찾을 수 없습니다.") % {"id": conversation_id})
+
+
+def _parent_missing(parent_id: int) -> NotFound:
+    return NotFound(_("답변 %(id)s을(를) 이 대화에서 찾을 수 없습니다.") % {"id": parent_id})
 
 
 def streaming_check(user: AbstractBaseUser, most_streaming: int) -> None:

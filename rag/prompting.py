@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from django.utils.translation import gettext as _
+
 from rag.chunking import CHUNK_SIZES
 
 MAX_QUESTION_CHARS = 2000
@@ -45,8 +47,12 @@ class ChatSettings:
 def _number(raw: dict[str, Any], key: str, low: float, high: float, default: float, *, whole: bool = False) -> float:
     """A number in [low, high] (a whole one if ``whole``); JSON numbers or numeric strings."""
     value = raw.get(key, default)
-    kind = "a whole number" if whole else "a number"
-    problem = SettingsError(f"{key}: expected {kind} from {low} to {high}, got {value!r}")
+    if whole:
+        message = _("%(key)s: %(low)s부터 %(high)s까지의 정수여야 합니다 (받은 값: %(value)s).")
+    else:
+        message = _("%(key)s: %(low)s부터 %(high)s까지의 수여야 합니다 (받은 값: %(value)s).")
+    shown = {"key": key, "low": _shown(low), "high": _shown(high), "value": _shown(value)}
+    problem = SettingsError(message % shown)
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise problem
     try:
@@ -69,22 +75,30 @@ def settings_parse(raw: Any, *, collections: list[str] | None = None) -> ChatSet
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
-        raise SettingsError("settings must be an object")
+        raise SettingsError(_("settings: JSON 객체여야 합니다."))
     known = set(ChatSettings.__dataclass_fields__)
     unknown = sorted(set(raw) - known)
     if unknown:
-        raise SettingsError(f"unknown setting {unknown[0]!r} (known: {', '.join(sorted(known))})")
+        raise SettingsError(
+            _("알 수 없는 설정 %(name)s (있는 설정: %(known)s)")
+            % {"name": _shown(unknown[0]), "known": ", ".join(sorted(known))}
+        )
     collection = raw.get("collection", "chapter")
     if collections is None and not (isinstance(collection, str) and 0 < len(collection) <= 40):
-        raise SettingsError(f"collection: expected a collection's key, got {str(collection)[:60]!r}")
+        raise SettingsError(
+            _("collection: 자료 모음의 키여야 합니다 (받은 값: %(value)s).") % {"value": _shown(collection)}
+        )
     if collections is not None and collection not in collections:
         raise SettingsError(collection_unknown(collection, collections))
     chunk_size = _integer(raw, "chunk_size", min(CHUNK_SIZES), max(CHUNK_SIZES), 500)
     if chunk_size not in CHUNK_SIZES:
-        raise SettingsError(f"chunk_size: expected one of {', '.join(map(str, CHUNK_SIZES))}, got {chunk_size}")
+        raise SettingsError(
+            _("chunk_size: %(choices)s 중 하나여야 합니다 (받은 값: %(value)s).")
+            % {"choices": ", ".join(map(str, CHUNK_SIZES)), "value": chunk_size}
+        )
     brief = raw.get("brief", False)
     if not isinstance(brief, bool):
-        raise SettingsError(f"brief: expected true or false, got {brief!r}")
+        raise SettingsError(_("brief: true 또는 false여야 합니다 (받은 값: %(value)s).") % {"value": _shown(brief)})
     return ChatSettings(
         collection=str(collection),
         top_k=_integer(raw, "top_k", 0, 20, 4),
@@ -97,19 +111,29 @@ def settings_parse(raw: Any, *, collections: list[str] | None = None) -> ChatSet
 
 
 def collection_unknown(collection: Any, collections: list[str]) -> str:
-    return f"collection: {str(collection)[:60]!r} is not one of {', '.join(collections)}"
+    return _("collection: %(value)s은(는) 고를 수 있는 자료 모음(%(keys)s)이 아닙니다.") % {
+        "value": _shown(collection),
+        "keys": ", ".join(collections),
+    }
+
+
+def _shown(value: Any) -> str:
+    """A value from the browser as an error message quotes it: short, and a string in quotes."""
+    return repr(value)[:60] if isinstance(value, str) else str(value)[:60]
 
 
 def question_clean(raw: Any) -> str:
     if not isinstance(raw, str):
-        raise SettingsError("question: expected text")
+        raise SettingsError(_("question: 글이어야 합니다."))
     question = raw.strip()
     if not question:
-        raise SettingsError("question: it is empty")
+        raise SettingsError(_("question: 질문이 비어 있습니다."))
     if "\x00" in question:  # never text; PostgreSQL refuses to store it
-        raise SettingsError("question: it contains a NUL character")
+        raise SettingsError(_("question: NUL 문자는 쓸 수 없습니다."))
     if len(question) > MAX_QUESTION_CHARS:
-        raise SettingsError(f"question: {len(question)} characters is over the limit of {MAX_QUESTION_CHARS}")
+        raise SettingsError(
+            _("question: %(n)d자는 한도 %(most)d자를 넘습니다.") % {"n": len(question), "most": MAX_QUESTION_CHARS}
+        )
     return question
 
 

@@ -53,3 +53,26 @@ def test_resolving_one_collection_agrees_with_the_list_of_collections() -> None:
     for key in (f"class-{theirs.pk}", f"class-0{mine.pk}", "class-", "class-x", "class-" + "9" * 30, "Mine", ""):
         with pytest.raises(access.CollectionNotFound):
             access.collection_resolve(learner, key)
+
+
+def test_a_follow_up_must_go_into_the_learners_own_conversation_after_one_of_its_answers() -> None:
+    User = get_user_model()
+    learner, other = User.objects.create(username="asker"), User.objects.create(username="someone")
+    own, own_answer = _conversation_with_answer(learner)
+    foreign, foreign_answer = _conversation_with_answer(other)
+    conversations.follow_up_check(learner, None, None)  # a new conversation
+    conversations.follow_up_check(learner, own.pk, None)
+    conversations.follow_up_check(learner, own.pk, own_answer.pk)
+    for conversation_id, parent_id, says in (
+        (foreign.pk, None, str(foreign.pk)),  # someone else's conversation
+        (foreign.pk, foreign_answer.pk, str(foreign.pk)),
+        (own.pk, foreign_answer.pk, str(foreign_answer.pk)),  # a parent from another conversation
+        (None, own_answer.pk, str(own_answer.pk)),  # a parent for a conversation not yet begun
+    ):
+        with pytest.raises(conversations.NotFound, match=says):
+            conversations.follow_up_check(learner, conversation_id, parent_id)
+
+
+def _conversation_with_answer(owner: Any) -> tuple[Conversation, Answer]:
+    answer = _answer(owner, Answer.Status.DONE)
+    return answer.conversation, answer

@@ -27,18 +27,18 @@ def test_settings_default_when_absent_and_keep_given_values() -> None:
 @pytest.mark.parametrize(
     ("raw", "words"),
     [
-        ({"colour": 1}, "unknown setting 'colour'"),
+        ({"colour": 1}, "알 수 없는 설정 'colour'"),
         ({"top_k": 21}, "top_k"),
         ({"top_k": 2.5}, "top_k"),
         ({"top_k": True}, "top_k"),
-        ({"chunk_size": 300}, "chunk_size: expected one of 200, 500, 1000"),
+        ({"chunk_size": 300}, "chunk_size: 200, 500, 1000 중 하나"),
         ({"threshold": "nan"}, "threshold"),
         ({"threshold": 1.5}, "threshold"),
         ({"brief": "yes"}, "brief"),
         ({"max_tokens": 0}, "max_tokens"),
         ({"temperature": -1}, "temperature"),
         ({"collection": "user-7"}, "collection"),
-        ("top_k=3", "settings must be an object"),
+        ("top_k=3", "settings: JSON 객체"),
     ],
 )
 def test_unknown_or_out_of_range_settings_are_named_in_the_error(raw: object, words: str) -> None:
@@ -46,7 +46,7 @@ def test_unknown_or_out_of_range_settings_are_named_in_the_error(raw: object, wo
         prompting.settings_parse(raw, collections=KEYS)
 
 
-@pytest.mark.parametrize(("raw", "words"), [("", "empty"), ("  \n\t ", "empty"), ("가" * 2001, "2001"), (7, "text")])
+@pytest.mark.parametrize(("raw", "words"), [("", "비어"), ("  \n\t ", "비어"), ("가" * 2001, "2001"), (7, "글이어야")])
 def test_empty_blank_overlong_or_non_text_questions_are_refused(raw: object, words: str) -> None:
     with pytest.raises(SettingsError, match=words):
         prompting.question_clean(raw)
@@ -127,3 +127,12 @@ def test_the_estimator_reproduces_the_chapters_rows() -> None:
     assert gen_seconds(100, 500, 1000, 50) == (0.1, 10.0)
     with pytest.raises(ValueError):
         gen_seconds(1, 1, 0, 1)
+
+
+def test_the_settings_errors_read_in_english_on_an_english_page() -> None:
+    from django.utils import translation
+
+    with translation.override("en"), pytest.raises(SettingsError, match="question: the question is empty"):
+        prompting.question_clean(" ")
+    with translation.override("en"), pytest.raises(SettingsError, match="top_k: must be a whole number from 0 to 20"):
+        prompting.settings_parse({"top_k": 99}, collections=KEYS)
