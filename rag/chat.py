@@ -274,15 +274,14 @@ async def _retrieve(run: AnswerRun, searching: Searching | None = None) -> list[
     if searching is None:
         searching = _search_pool.submit(search, run)
     try:
-        found = await asyncio.wrap_future(searching)
+        result = await asyncio.wrap_future(searching)
     except RetrievalUnavailable as exc:
         run.retrieval_ms = (time.perf_counter() - started) * 1000
         run.notice("retrieval_unavailable", _("검색 불가: 자료 없이 답합니다 (%(why)s)") % {"why": exc})
         return []
-    if found is None:  # a search whose ask failed its check: nobody answers it
+    if result is None:  # a search whose ask failed its check: nobody answers it
         run.retrieval_ms = 0.0
         return []
-    result = found
     run.retrieval_ms, run.embed_ms, run.search_ms = result.retrieval_ms, result.embed_ms, result.search_ms
     run.dense_skipped = result.dense_skipped
     run.sources = [_source(chunk, run.collection) for chunk in result.chunks]
