@@ -5,7 +5,8 @@ text poorly.  Korean words carry particles (프리필은, 프리필을, 프리�
 defeat whole-word matching, so Korean runs are indexed as character bigrams;
 runs of Latin letters and digits (TTFT, KV, top-k, 1600) stay whole words.
 Pure code (NumPy): the index is built from texts the caller fetched, and can be saved to
-and opened from a folder (``BM25Index.save`` / ``load``).
+and opened from a folder (``BM25Index.save`` / ``load``). It keeps each chunk's text and
+metadata too (``chunk``), so a search by BM25 alone needs nothing from Chroma.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -37,7 +39,9 @@ def terms(text: str) -> list[str]:
     return found
 
 
-FORMAT = 1  # the on-disk layout's version: a folder saved by another layout is rebuilt, not read
+# The on-disk layout's version: a folder saved by another layout is rebuilt, not read
+# (2: the chunks' texts and metadata are kept beside the postings).
+FORMAT = 2
 
 
 @dataclass
@@ -64,10 +68,20 @@ class BM25Index:
     _lengths: np.ndarray = field(default_factory=lambda: np.zeros(0))
     _doc_at: dict[str, int] = field(default_factory=dict)
     _average: float = 1.0
+    # Each chunk's text and metadata (JSON), UTF-8 end to end: chunk i is blob[offsets[i]:offsets[i + 1]].
+    _texts: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.uint8))
+    _text_offsets: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))
+    _metas: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.uint8))
+    _meta_offsets: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))
 
     @classmethod
-    def build(cls, documents: dict[str, str]) -> BM25Index:
+    def build(cls, documents: dict[str, str], metadatas: dict[str, dict[str, Any]] | None = None) -> BM25Index:
+        """The index of ``documents`` (id → text), keeping each text and its metadata (id → dict, ``{}``
+        where missing) for ``chunk``."""
         index = cls()
+        index._texts, index._text_offsets = _blob([text.encode() for text in documents.values()])
+        metadatas = metadatas or {}
+        index._metas, index._meta_offsets = _blob([json.dumps(metadatas.get(i) or {}).encode() for i in documents])
         postings: dict[str, tuple[list[int], list[int]]] = {}
         lengths: list[int] = []
         for doc_id, text in documents.items():
@@ -95,7 +109,7 @@ class BM25Index:
 
     # --- on disk ---------------------------------------------------------------------------
 
-    ARRAYS = ("_offsets", "_positions", "_counts", "_lengths")
+    ARRAYS = ("_offsets", "_positions", "_counts", "_lengths", "_texts", "_text_offsets", "_metas", "_meta_offsets")
 
     def save(self, folder: Path, *, stamp: str = "") -> None:
         """Write the index into ``folder`` (created; replaced whole, so a reader never sees half of it).
@@ -132,6 +146,18 @@ class BM25Index:
         for name, array in arrays.items():
             setattr(index, name, array)
         return index
+
+    # --- the chunks themselves -------------------------------------------------------------
+
+    def chunk(self, doc_id: str) -> tuple[str, dict[str, Any]] | None:
+        """The chunk's text and metadata as they were when the index was built; None for an id it lacks.
+        Opened from disk, only this chunk's bytes are read."""
+        at = self._doc_at.get(doc_id)
+        if at is None:
+            return None
+        text = bytes(self._texts[int(self._text_offsets[at]) : int(self._text_offsets[at + 1])]).decode()
+        meta = bytes(self._metas[int(self._meta_offsets[at]) : int(self._meta_offsets[at + 1])]).decode()
+        return text, json.loads(meta)
 
     # --- searching -------------------------------------------------------------------------
 
@@ -188,6 +214,13 @@ class BM25Index:
         total = sum(self._idf(term) for term in query_terms)
         found = sum(self._idf(term) for term in query_terms if holds(term))
         return found / total if total else 0.0
+
+
+def _blob(parts: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """``parts`` end to end as one byte array, and where each starts (one more offset: the end)."""
+    offsets = np.zeros(len(parts) + 1, dtype=np.int64)
+    np.cumsum([len(part) for part in parts], out=offsets[1:])
+    return np.frombuffer(b"".join(parts), dtype=np.uint8), offsets
 
 
 def hangul_share(text: str) -> float:

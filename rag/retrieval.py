@@ -132,7 +132,9 @@ def _opened_or_built(name: str, where: dict[str, Any], key: str, stamp: str) -> 
     index = lexical.BM25Index.load(folder, stamp=stamp)
     built = index is None
     if index is None:
-        index = lexical.BM25Index.build({hit.id: hit.document for hit in vectorstore.get_where(name, where)})
+        stored = vectorstore.get_where(name, where)
+        texts, metadatas = {hit.id: hit.document for hit in stored}, {hit.id: hit.metadata for hit in stored}
+        index = lexical.BM25Index.build(texts, metadatas)
         with contextlib.suppress(OSError):  # a read-only data folder: this process keeps its own copy
             index.save(folder, stamp=stamp)
     with _lexical_lock:
@@ -179,29 +181,37 @@ class _Candidates:
     lexical_hits: list[tuple[str, float]]
     index: lexical.BM25Index | None
     texts: dict[str, vectorstore.Hit]  # every chunk whose text is in hand
-    asked: set[str]  # the ids whose texts were asked for
 
 
 def _candidates(
     question: str, collection: str, where: dict[str, Any], *, mode: Mode, top_k: int, use_dense: bool
 ) -> _Candidates:
     """Both lists before fusion (the dense one only if ``use_dense``). The embedding and the vector search
-    run on ``_dense_pool`` while this thread reads the lexical index and fetches the texts of its
-    top-k: after fusion those are most of the top-k, and the dense list brings the texts of the rest."""
+    run on ``_dense_pool`` while this thread reads the lexical index. The texts come with the lists:
+    the dense list's from Chroma, the lexical list's from the index itself (it keeps them), so a
+    search by BM25 alone makes no request to Chroma."""
     dense_job = _dense_pool.submit(_dense_hits, question, collection, where) if use_dense else None
     lexical_hits: list[tuple[str, float]] = []
     texts: dict[str, vectorstore.Hit] = {}
-    asked: set[str] = set()
     index: lexical.BM25Index | None = None
     try:
         if mode in ("lexical", "hybrid"):
             index = _lexical_index(collection, where)
             lexical_hits = index.search(question, CANDIDATES)
-            asked = {chunk_id for chunk_id, _ in lexical_hits[:top_k]}
-            texts = {hit.id: hit for hit in vectorstore.get_ids(collection, sorted(asked), where)} if asked else {}
+            texts = _kept(index, [chunk_id for chunk_id, _ in lexical_hits[:top_k]])
     finally:
         dense, embed_ms = dense_job.result() if dense_job is not None else ([], 0.0)
-    return _Candidates(dense, embed_ms, lexical_hits, index, texts | {hit.id: hit for hit in dense}, asked)
+    return _Candidates(dense, embed_ms, lexical_hits, index, texts | {hit.id: hit for hit in dense})
+
+
+def _kept(index: lexical.BM25Index | None, ids: list[str]) -> dict[str, vectorstore.Hit]:
+    """The chunks of ``ids`` the lexical index keeps, as Chroma would return them."""
+    found: dict[str, vectorstore.Hit] = {}
+    for chunk_id in ids:
+        kept = index.chunk(chunk_id) if index is not None else None
+        if kept is not None:
+            found[chunk_id] = vectorstore.Hit(chunk_id, kept[0], kept[1], distance=0.0)
+    return found
 
 
 def _relevance(mode: Mode, dense_weight: float, coverage: float, similarity: float) -> float:
@@ -244,7 +254,8 @@ def retrieve(
         [[h.id for h in dense], [i for i, _ in lexical_hits]], weights=[weight if mode == "hybrid" else 1.0, 1.0]
     )
     ordered = sorted(fused, key=lambda chunk_id: -fused[chunk_id])
-    missing = [chunk_id for chunk_id in ordered[:top_k] if chunk_id not in known and chunk_id not in found.asked]
+    known |= _kept(index, [chunk_id for chunk_id in ordered[:top_k] if chunk_id not in known])
+    missing = [chunk_id for chunk_id in ordered[:top_k] if chunk_id not in known]
     known |= {hit.id: hit for hit in vectorstore.get_ids(collection, missing, where)} if missing else {}
     for chunk_id in ordered[:top_k]:
         hit = known.get(chunk_id)

@@ -175,11 +175,18 @@ def test_the_lexical_index_is_saved_once_per_change_and_a_new_process_opens_it_w
     def no_count(*args: object, **kwargs: object) -> None:
         raise AssertionError("a question asked Chroma for a count (its index's stamp is read from the database)")
 
+    def no_fetch(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a lexical search fetched its chunks from Chroma (the saved index keeps them)")
+
     monkeypatch.setattr(vectorstore, "get_where", no_rebuild)
     monkeypatch.setattr(vectorstore, "count", no_count)
+    monkeypatch.setattr(vectorstore, "get_ids", no_fetch)
     found = retrieval.retrieve("프리필", collection=name, chunk_size=200, top_k=1, language="ko", mode="lexical")
     assert found.chunks and "프리필" in found.chunks[0].text
     monkeypatch.undo()
+    # What the index kept is what Chroma holds, metadata included.
+    (stored,) = vectorstore.get_ids(name, [found.chunks[0].id], {"chunk_size": 200, "language": "ko"})
+    assert (found.chunks[0].text, found.chunks[0].metadata) == (stored.document, stored.metadata)
     source_index(
         collection=name, source="doc", text="디코드는 출력을 하나씩 생성합니다.", metadata=metadata, sizes=(200,)
     )

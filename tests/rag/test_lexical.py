@@ -92,7 +92,8 @@ def test_a_saved_index_opens_memory_mapped_and_ranks_as_the_built_one(tmp_path: 
         "decode": "디코드는 토큰을 하나씩 만듭니다. TTFT와 TPOT",
         "kv": "KV 캐시는 디코드가 다시 계산하지 않게 합니다.",
     }
-    built = BM25Index.build(documents)
+    metadatas = {"prefill": {"title": "프리필", "chunk_index": 0}, "kv": {"title": "KV 캐시", "chunk_index": 2}}
+    built = BM25Index.build(documents, metadatas)
     built.save(folder, stamp="3:2026-12-01")
     opened = BM25Index.load(folder, stamp="3:2026-12-01")
     assert opened is not None and opened.ids == built.ids
@@ -100,6 +101,10 @@ def test_a_saved_index_opens_memory_mapped_and_ranks_as_the_built_one(tmp_path: 
         assert opened.search(question, 3) == built.search(question, 3)
         assert opened.coverage(question, "decode") == built.coverage(question, "decode")
     assert type(opened._positions).__name__ == "memmap"  # the postings are read from the file when touched
+    # The chunks' texts and metadata are kept too (so a lexical search needs nothing from Chroma).
+    for doc_id, text in documents.items():
+        assert opened.chunk(doc_id) == built.chunk(doc_id) == (text, metadatas.get(doc_id, {}))
+    assert opened.chunk("nowhere") is None and type(opened._texts).__name__ == "memmap"
     assert BM25Index.load(folder, stamp="4:2026-12-02") is None  # built from something else: rebuild
     assert BM25Index.load(Path(str(tmp_path)) / "nothing", stamp="") is None
     built.save(folder, stamp="again")  # replaced whole, no partial folder left beside it
@@ -114,4 +119,4 @@ def test_an_empty_index_saves_and_opens() -> None:
     with tempfile.TemporaryDirectory() as folder:
         BM25Index.build({}).save(Path(folder) / "empty")
         opened = BM25Index.load(Path(folder) / "empty")
-        assert opened is not None and opened.search("프리필", 3) == []
+        assert opened is not None and opened.search("프리필", 3) == [] and opened.chunk("a") is None

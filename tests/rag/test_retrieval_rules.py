@@ -51,6 +51,23 @@ def test_a_korean_question_is_searched_by_bm25_alone_with_the_english_only_bundl
     assert all(chunk.dense_rank is None and chunk.lexical_rank is not None for chunk in found.chunks)
 
 
+def test_a_search_by_bm25_alone_takes_the_chunks_from_the_index_and_asks_chroma_for_nothing(
+    searched: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_chroma(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a lexical search asked Chroma")
+
+    kept = lexical.BM25Index.build(DOCS, {"ko-1": {"title": "프리필", "chunk_index": 3}})
+    monkeypatch.setattr(retrieval, "_lexical_index", lambda name, where: kept)
+    monkeypatch.setattr(vectorstore, "get_ids", no_chroma)
+    monkeypatch.setattr(vectorstore, "query", no_chroma)
+    for found in (_retrieve("프리필 단계란?"), _retrieve("프리필 단계란?", mode="lexical")):
+        assert [chunk.id for chunk in found.chunks] == ["ko-1", "ko-2"]
+        first = found.chunks[0]
+        assert first.text == DOCS["ko-1"] and first.metadata == {"title": "프리필", "chunk_index": 3}
+        assert found.chunks[0].context_chunk().title == "프리필" and found.chunks[1].metadata == {}
+
+
 def test_an_english_question_is_embedded_and_both_rankings_are_fused(searched: list[str]) -> None:
     found = _retrieve("What does prefill compute?")
     assert searched == ["What does prefill compute?"] and not found.dense_skipped
