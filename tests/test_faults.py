@@ -43,6 +43,7 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parent.parent
 LONG_QUESTION = "KV 캐시가 무엇인지 아주 길고 자세하게 설명해 주세요."
 QUESTION = "프리필과 디코드는 어떻게 다른가요?"
+ENGLISH_QUESTION = "How do prefill and decode differ?"
 # Four requests; the last decodes 600 tokens, so the job is still running when the engine dies.
 LONG_SWEEP = {"input_lengths": "64, 128", "fixed_output": 8, "output_lengths": "8, 600", "fixed_input": 64}
 SHORT_SWEEP = {"repeats": 1, "input_lengths": "32", "fixed_output": 4, "output_lengths": "4", "fixed_input": 32}
@@ -121,8 +122,8 @@ def page(chat: dict[str, str], path: str, **params: str) -> httpx.Response:
     return httpx.get(f"{chat['web']}{path}", params=params, headers={"Cookie": chat["cookie"]}, timeout=60)
 
 
-def retrieval_ranks(chat: dict[str, str]) -> str:
-    response = page(chat, "/retrieval/", question=QUESTION, collection="chapter", chunk_size="500")
+def retrieval_ranks(chat: dict[str, str], question: str = QUESTION) -> str:
+    response = page(chat, "/retrieval/", question=question, collection="chapter", chunk_size="500")
     assert response.status_code == 200
     return response.text
 
@@ -209,7 +210,15 @@ def test_chroma_killed_the_chat_answers_saying_retrieval_is_unavailable_and_it_r
     web_pid = service_faults.pid("web")
     service_faults.kill("chroma")
 
-    frames = ask(chat, QUESTION, top_k=3, max_tokens=8)
+    # A Korean question with the bundled model is BM25 alone, and the saved lexical index keeps the
+    # chunks' texts: it needs no Chroma, so it answers with its sources as before, and says nothing.
+    lexical_only = ask(chat, QUESTION, top_k=3, max_tokens=8)
+    assert lexical_only[-1]["answer"]["status"] == "done" and lexical_only[-1]["answer"]["sources"]
+    assert notices(lexical_only) == []
+    assert 'data-rank="1"' in retrieval_ranks(chat)
+
+    # An English question needs the dense half, from Chroma: it answers without sources, saying why.
+    frames = ask(chat, ENGLISH_QUESTION, top_k=3, max_tokens=8)
     assert_no_traceback(frames)
     answer = frames[-1]["answer"]
     assert answer["status"] == "done", answer["error"]
@@ -224,7 +233,7 @@ def test_chroma_killed_the_chat_answers_saying_retrieval_is_unavailable_and_it_r
     states = component_states(chat["web"], settle=only_down("chroma"))
     assert [key for key, c in states.items() if not c["ok"]] == ["chroma"], states
     assert "Chroma" in page(chat, "/status/banner/").text
-    assert "검색 불가" in retrieval_ranks(chat)
+    assert "검색 불가" in retrieval_ranks(chat, question=ENGLISH_QUESTION)
 
     service_faults.restart("chroma")
     assert service_faults.pid("web") == web_pid
