@@ -68,10 +68,10 @@ def _integer(raw: dict[str, Any], key: str, low: int, high: int, default: int) -
     return int(_number(raw, key, low, high, default, whole=True))
 
 
-def settings_parse(raw: Any, *, collections: list[str] | None = None) -> ChatSettings:
+def settings_parse(raw: Any) -> ChatSettings:
     """Validate the settings of one message; unknown keys and values are errors, not ignored.
-    ``collections``: the keys the collection must be one of; None: the caller resolves the key
-    (``rag.access.collection_resolve``), here it need only be a short string."""
+    The collection need only be a short string here: whether this user may search it is the
+    access layer's to say (``rag.access.collection_resolve``), with ``collection_unknown``'s message."""
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
@@ -84,12 +84,10 @@ def settings_parse(raw: Any, *, collections: list[str] | None = None) -> ChatSet
             % {"name": _shown(unknown[0]), "known": ", ".join(sorted(known))}
         )
     collection = raw.get("collection", "chapter")
-    if collections is None and not (isinstance(collection, str) and 0 < len(collection) <= 40):
+    if not (isinstance(collection, str) and 0 < len(collection) <= 40):
         raise SettingsError(
             _("collection: 자료 모음의 키여야 합니다 (받은 값: %(value)s).") % {"value": _shown(collection)}
         )
-    if collections is not None and collection not in collections:
-        raise SettingsError(collection_unknown(collection, collections))
     chunk_size = _integer(raw, "chunk_size", min(CHUNK_SIZES), max(CHUNK_SIZES), 500)
     if chunk_size not in CHUNK_SIZES:
         raise SettingsError(

@@ -8,18 +8,15 @@ from rag import lexical, prompting
 from rag.estimator import gen_seconds
 from rag.prompting import ContextChunk, SettingsError
 
-KEYS = ["chapter", "mine"]
-
 
 def chunk(cid: str, source: str, position: int, rank: int, text: str = "본문") -> ContextChunk:
     return ContextChunk(id=cid, text=text, title=f"제목 {cid}", source=source, position=position, rank=rank)
 
 
 def test_settings_default_when_absent_and_keep_given_values() -> None:
-    assert prompting.settings_parse(None, collections=KEYS) == prompting.ChatSettings()
+    assert prompting.settings_parse(None) == prompting.ChatSettings()
     parsed = prompting.settings_parse(
-        {"top_k": 8, "chunk_size": 1000, "threshold": 0.3, "brief": True, "max_tokens": 64, "temperature": 0.7},
-        collections=KEYS,
+        {"top_k": 8, "chunk_size": 1000, "threshold": 0.3, "brief": True, "max_tokens": 64, "temperature": 0.7}
     )
     assert (parsed.top_k, parsed.chunk_size, parsed.brief, parsed.max_tokens) == (8, 1000, True, 64)
 
@@ -37,13 +34,15 @@ def test_settings_default_when_absent_and_keep_given_values() -> None:
         ({"brief": "yes"}, "brief"),
         ({"max_tokens": 0}, "max_tokens"),
         ({"temperature": -1}, "temperature"),
-        ({"collection": "user-7"}, "collection"),
+        ({"collection": 7}, "collection: 자료 모음의 키"),
+        ({"collection": ""}, "collection: 자료 모음의 키"),
+        ({"collection": "x" * 41}, "collection: 자료 모음의 키"),
         ("top_k=3", "settings: JSON 객체"),
     ],
 )
 def test_unknown_or_out_of_range_settings_are_named_in_the_error(raw: object, words: str) -> None:
     with pytest.raises(SettingsError, match=words):
-        prompting.settings_parse(raw, collections=KEYS)
+        prompting.settings_parse(raw)
 
 
 @pytest.mark.parametrize(("raw", "words"), [("", "비어"), ("  \n\t ", "비어"), ("가" * 2001, "2001"), (7, "글이어야")])
@@ -135,4 +134,4 @@ def test_the_settings_errors_read_in_english_on_an_english_page() -> None:
     with translation.override("en"), pytest.raises(SettingsError, match="question: the question is empty"):
         prompting.question_clean(" ")
     with translation.override("en"), pytest.raises(SettingsError, match="top_k: must be a whole number from 0 to 20"):
-        prompting.settings_parse({"top_k": 99}, collections=KEYS)
+        prompting.settings_parse({"top_k": 99})
