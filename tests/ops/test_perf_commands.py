@@ -67,8 +67,13 @@ def test_retrieval_latency_is_measured_on_a_synthetic_collection(chroma_server: 
     assert json.loads(again.getvalue())[0]["fill_s"] == 0.0  # the collection is kept for the next run
 
 
-def test_make_perf_turns_each_commands_json_into_table_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.django_db
+def test_make_perf_turns_each_commands_json_into_table_rows(
+    monkeypatch: pytest.MonkeyPatch, settings: Any, tmp_path: Path
+) -> None:
     from labapp.ops import perf
+
+    settings.DATA_DIR = tmp_path
 
     canned: dict[str, Any] = {
         "chat_overhead": {"ratio": 1.21, "chat_ttft_ms": 370.0, "direct_ttft_ms": 305.0, "overhead_ms": 70.0,
@@ -99,6 +104,8 @@ def test_make_perf_turns_each_commands_json_into_table_rows(monkeypatch: pytest.
                             "learners": 30, "labs": 6, "runs_per_lab": 2},
     }  # fmt: skip
     monkeypatch.setattr(perf, "_run", lambda command, **options: canned[command])
+    recorded: list[tuple[str, Path]] = []  # no lab has run here: make perf runs each once for the gradebook
+    monkeypatch.setattr(perf, "_record_labs", lambda labs, folder: recorded.append((labs, folder)))
     rows = perf.chat_rows("http://x", quick=True) + perf.fidelity_rows(quick=True) + perf.client_rows(quick=True)
     rows += perf.retrieval_rows(quick=True) + perf.decode_rows(quick=True) + perf.gradebook_rows(quick=True)
     rows += perf.race_rows(quick=True) + perf.recall_rows(quick=True)
@@ -117,6 +124,10 @@ def test_make_perf_turns_each_commands_json_into_table_rows(monkeypatch: pytest.
     assert text["recall@1 / @5, hybrid, 500-character chunks"] == "onnx 0.62 / 0.88, torch 0.62 / 0.88"
     assert text["measured TPOT / memory-bandwidth bound"].startswith("1.40")
     assert text["gradebook / a lab page (time to render)"].startswith("1.52 (469 vs 308 ms")
+    assert [labs for labs, _ in recorded] == ["5,3,6"]
+    (gradebook,) = [command for what, _, command in rows if what.startswith("gradebook")]
+    assert gradebook.startswith("python manage.py lab_reliability --runs 1 --labs 5,3,6 --save ")
+    assert f"then python manage.py bench_gradebook --learners 10 --runs 2 --results {recorded[0][1]}" in gradebook
     race = "added TTFT at concurrency %d: ours / vllm bench serve (scripted server)"
     assert text[race % 1] == "0.90 (1.8 vs 2.0 ms p50)" and text[race % 256].startswith("—")
     assert all(command.startswith("python manage.py") for _, _, command in rows)
