@@ -11,7 +11,7 @@ import contextlib
 import hashlib
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -65,6 +65,8 @@ class RetrievalResult:
     # hybrid search that left out the dense half: the embedding model cannot read the question
     # (a Korean question and the bundled English-only model, see KOREAN_DENSE_WEIGHT_BUNDLED)
     dense_skipped: bool = False
+    # hybrid search whose dense half failed (Chroma down): why; the lexical half answered alone
+    dense_unavailable: str = ""
 
     @property
     def retrieval_ms(self) -> float:
@@ -181,6 +183,7 @@ class _Candidates:
     lexical_hits: list[tuple[str, float]]
     index: lexical.BM25Index | None
     texts: dict[str, vectorstore.Hit]  # every chunk whose text is in hand
+    dense_unavailable: str = ""
 
 
 def _candidates(
@@ -189,7 +192,8 @@ def _candidates(
     """Both lists before fusion (the dense one only if ``use_dense``). The embedding and the vector search
     run on ``_dense_pool`` while this thread reads the lexical index. The texts come with the lists:
     the dense list's from Chroma, the lexical list's from the index itself (it keeps them), so a
-    search by BM25 alone makes no request to Chroma."""
+    search by BM25 alone makes no request to Chroma. A hybrid search whose vector half finds Chroma
+    down goes on with the lexical half (a saved index needs no Chroma) and says why."""
     dense_job = _dense_pool.submit(_dense_hits, question, collection, where) if use_dense else None
     lexical_hits: list[tuple[str, float]] = []
     texts: dict[str, vectorstore.Hit] = {}
@@ -200,8 +204,24 @@ def _candidates(
             lexical_hits = index.search(question, CANDIDATES)
             texts = _kept(index, [chunk_id for chunk_id, _ in lexical_hits[:top_k]])
     finally:
-        dense, embed_ms = dense_job.result() if dense_job is not None else ([], 0.0)
-    return _Candidates(dense, embed_ms, lexical_hits, index, texts | {hit.id: hit for hit in dense})
+        dense, embed_ms, unavailable = _dense_outcome(dense_job, fall_back=mode == "hybrid")
+    return _Candidates(dense, embed_ms, lexical_hits, index, texts | {hit.id: hit for hit in dense}, unavailable)
+
+
+def _dense_outcome(
+    job: Future[tuple[list[vectorstore.Hit], float]] | None, *, fall_back: bool
+) -> tuple[list[vectorstore.Hit], float, str]:
+    """The dense list and its embedding time; with ``fall_back``, an unreachable Chroma gives an empty list
+    and the reason instead of the error."""
+    if job is None:
+        return [], 0.0, ""
+    try:
+        dense, embed_ms = job.result()
+    except vectorstore.RetrievalUnavailable as exc:
+        if not fall_back:
+            raise
+        return [], 0.0, str(exc)
+    return dense, embed_ms, ""
 
 
 def _kept(index: lexical.BM25Index | None, ids: list[str]) -> dict[str, vectorstore.Hit]:
@@ -244,7 +264,7 @@ def retrieve(
     result = RetrievalResult(chunks=[], mode=mode, dense_skipped=mode == "hybrid" and not use_dense)
     found = _candidates(question, collection, where, mode=mode, top_k=top_k, use_dense=use_dense)
     dense, lexical_hits, index, known = found.dense, found.lexical_hits, found.index, found.texts
-    result.embed_ms = found.embed_ms
+    result.embed_ms, result.dense_unavailable = found.embed_ms, found.dense_unavailable
     dense_rank = {hit.id: rank for rank, hit in enumerate(dense, start=1)}
     dense_score = {hit.id: 1.0 - hit.distance for hit in dense}  # cosine similarity
     lexical_rank = {chunk_id: rank for rank, (chunk_id, _) in enumerate(lexical_hits, start=1)}

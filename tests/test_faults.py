@@ -122,8 +122,8 @@ def page(chat: dict[str, str], path: str, **params: str) -> httpx.Response:
     return httpx.get(f"{chat['web']}{path}", params=params, headers={"Cookie": chat["cookie"]}, timeout=60)
 
 
-def retrieval_ranks(chat: dict[str, str], question: str = QUESTION) -> str:
-    response = page(chat, "/retrieval/", question=question, collection="chapter", chunk_size="500")
+def retrieval_ranks(chat: dict[str, str], question: str = QUESTION, mode: str = "hybrid") -> str:
+    response = page(chat, "/retrieval/", question=question, collection="chapter", chunk_size="500", mode=mode)
     assert response.status_code == 200
     return response.text
 
@@ -204,7 +204,7 @@ def test_the_engine_killed_mid_answer_and_mid_job_fails_both_clearly_and_the_sam
 # --- Chroma ---------------------------------------------------------------------------------------
 
 
-def test_chroma_killed_the_chat_answers_saying_retrieval_is_unavailable_and_it_returns_after_restart(
+def test_chroma_killed_the_chat_answers_from_the_lexical_index_saying_vector_search_is_unavailable(
     chat: dict[str, str], shared_database: None, service_faults: ServiceFaults
 ) -> None:
     web_pid = service_faults.pid("web")
@@ -217,29 +217,33 @@ def test_chroma_killed_the_chat_answers_saying_retrieval_is_unavailable_and_it_r
     assert notices(lexical_only) == []
     assert 'data-rank="1"' in retrieval_ranks(chat)
 
-    # An English question needs the dense half, from Chroma: it answers without sources, saying why.
+    # An English question's dense half needs Chroma: it answers from the lexical half, saying why.
     frames = ask(chat, ENGLISH_QUESTION, top_k=3, max_tokens=8)
     assert_no_traceback(frames)
     answer = frames[-1]["answer"]
     assert answer["status"] == "done", answer["error"]
-    assert notices(frames) == ["retrieval_unavailable"] and answer["sources"] == []
+    assert notices(frames) == ["dense_unavailable"] and answer["sources"], answer
     shown = [n["message"] for n in answer["timings"]["notices"]]
-    assert len(shown) == 1 and shown[0].startswith("검색 불가"), shown
+    assert len(shown) == 1 and shown[0].startswith("벡터 검색 불가") and "Chroma" in shown[0], shown
     saved = Answer.objects.get(pk=answer["answer_id"])
-    assert [n["code"] for n in saved.timings["notices"]] == ["retrieval_unavailable"]
+    assert [n["code"] for n in saved.timings["notices"]] == ["dense_unavailable"]
     reopened = page(chat, f"/chat/{answer['conversation']}/").text  # the page draws saved answers from JSON
-    assert "retrieval_unavailable" in reopened and json.dumps("검색 불가")[1:-1] in reopened
+    assert "dense_unavailable" in reopened and json.dumps("벡터 검색 불가")[1:-1] in reopened
+    english = retrieval_ranks(chat, question=ENGLISH_QUESTION)
+    assert "dense-unavailable" in english and 'data-rank="1"' in english
+    # Dense search alone has nothing to fall back on.
+    assert "검색 불가 (Chroma)" in retrieval_ranks(chat, question=ENGLISH_QUESTION, mode="dense")
 
     states = component_states(chat["web"], settle=only_down("chroma"))
     assert [key for key, c in states.items() if not c["ok"]] == ["chroma"], states
     assert "Chroma" in page(chat, "/status/banner/").text
-    assert "검색 불가" in retrieval_ranks(chat, question=ENGLISH_QUESTION)
 
     service_faults.restart("chroma")
     assert service_faults.pid("web") == web_pid
     back = ask(chat, QUESTION, top_k=3, max_tokens=8)
     assert back[-1]["answer"]["status"] == "done" and back[-1]["answer"]["sources"], back[-1]["answer"]
-    assert "retrieval_unavailable" not in notices(back)
+    assert notices(back) == []
+    assert notices(ask(chat, ENGLISH_QUESTION, top_k=3, max_tokens=8)) == []
     assert 'data-rank="1"' in retrieval_ranks(chat)
     assert component_states(chat["web"], settle=only_down())["chroma"]["ok"]
     assert service_faults.pid("web") == web_pid

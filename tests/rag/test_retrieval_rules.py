@@ -68,6 +68,25 @@ def test_a_search_by_bm25_alone_takes_the_chunks_from_the_index_and_asks_chroma_
         assert found.chunks[0].context_chunk().title == "프리필" and found.chunks[1].metadata == {}
 
 
+def test_with_chroma_down_a_hybrid_search_answers_from_the_lexical_index_saying_why_and_dense_mode_fails(
+    searched: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def down(*args: object, **kwargs: object) -> list[vectorstore.Hit]:
+        raise vectorstore.RetrievalUnavailable("Chroma at http://chroma is unreachable")
+
+    kept = lexical.BM25Index.build(DOCS)
+    monkeypatch.setattr(retrieval, "_lexical_index", lambda name, where: kept)
+    monkeypatch.setattr(vectorstore, "query", down)
+    monkeypatch.setattr(vectorstore, "get_ids", down)
+    found = _retrieve("What does prefill compute?")
+    assert found.dense_unavailable == "Chroma at http://chroma is unreachable" and found.embed_ms == 0.0
+    assert [chunk.id for chunk in found.chunks] == ["en-1"] and found.chunks[0].text == DOCS["en-1"]
+    assert found.chunks[0].dense_rank is None and found.chunks[0].lexical_rank == 1
+    with pytest.raises(vectorstore.RetrievalUnavailable):
+        _retrieve("What does prefill compute?", mode="dense")
+    assert not _retrieve("What does prefill compute?", mode="lexical").dense_unavailable
+
+
 def test_an_english_question_is_embedded_and_both_rankings_are_fused(searched: list[str]) -> None:
     found = _retrieve("What does prefill compute?")
     assert searched == ["What does prefill compute?"] and not found.dense_skipped
