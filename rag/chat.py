@@ -100,8 +100,11 @@ class AnswerRun:
     token_split: dict[str, int | None] = field(default_factory=dict)
     estimate: dict[str, Any] | None = None
     error: str = ""
-    # ms since the question arrived at each step before vLLM is asked (checked, saved, retrieved, prompt, sent)
+    # ms since the question arrived at each step (checked, searched, retrieved, prompt, sent; then saved)
     steps: dict[str, float] = field(default_factory=dict)
+    # Set once vLLM is asked (or the answer ended without asking): the answer's row is written only
+    # then, so that the database write never shares the CPU with the steps before the request.
+    asked: asyncio.Event = field(default_factory=asyncio.Event, repr=False, compare=False)
 
     def notice(self, code: str, message: str) -> None:
         self.notices.append({"code": code, "message": message})
@@ -285,6 +288,7 @@ async def _retrieve(run: AnswerRun, searching: Searching | None = None) -> list[
     run.retrieval_ms, run.embed_ms, run.search_ms = result.retrieval_ms, result.embed_ms, result.search_ms
     run.dense_skipped = result.dense_skipped
     if result.dense_unavailable:
+        run.embed_ms = None  # no question was embedded: the panel shows "—", not 0 ms
         why = {"why": result.dense_unavailable}
         run.notice("dense_unavailable", _("벡터 검색 불가: BM25 낱말 검색만으로 찾았습니다 (%(why)s)") % why)
     run.sources = [_source(chunk, run.collection) for chunk in result.chunks]
@@ -491,6 +495,7 @@ async def _stream(
     )
     run.sent_at = time.perf_counter()
     run.mark("sent")
+    run.asked.set()  # the row's write starts at the request's first wait, as the frames below do
     # Scheduled now, it runs at the request's first wait: the request is written before these frames.
     preamble = asyncio.ensure_future(_send_all(send, before))
     try:

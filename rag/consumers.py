@@ -185,11 +185,12 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             await self._error(str(exc), client_id)
             return
         # The search began the moment the ask was checked, on a thread of its own. The answer starts
-        # now too: vLLM is asked as soon as the search is in and the prompt built, while the answer's
-        # row is still being written (the write takes the longest of the three on a busy CPU). Its
-        # frames wait for "started" (which carries the row's id); a row refused here (the limit of
-        # answers at once, checked again under a lock, or a conversation that is not the learner's)
-        # stops the answer, and with it any request already sent to vLLM.
+        # now too: vLLM is asked as soon as the search is in and the prompt built. The answer's row
+        # is written after that (``run.asked``): written beside the search, its thread held the GIL
+        # when the search ended and the event loop waited for it (1-2 ms of the chat's own steps
+        # under `make perf`). The answer's frames wait for "started" (which carries the row's id); a
+        # row refused here (the limit of answers at once, checked again under a lock, or a
+        # conversation that is not the learner's) stops the answer and the request sent to vLLM.
         retrieving = chat.retrieval_start(run, searching)
         # The engine that answers, read at every ask (a pick made on the engines page after this tab
         # opened counts), beside the row's write: on a thread of its own, not behind the write.
@@ -197,12 +198,12 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             database_sync_to_async(self.engine_of, thread_sensitive=False)(sockets.scope_session_key(self.scope))
         )
         frames = HeldFrames(lambda frame: self.send_json(frame | {"id": client_id}))
-        saving = asyncio.ensure_future(
-            database_sync_to_async(self._ask_save)(run.question, run.settings, conversation_id, parent_id, most)
-        )
+        saving = asyncio.ensure_future(self._save_when_asked(run, conversation_id, parent_id, most))
         answering = self.in_flight[client_id] = asyncio.create_task(
             self._answer(client_id, saving, frames, run, retrieving, engine)
         )
+        # Until the row is written, this socket reads no other frame: its next ask is checked
+        # against this answer's row, so asks sent at once cannot pass the limit together.
         try:
             answer = await saving
         except (conversations.NotFound, conversations.TooMany) as exc:
@@ -283,6 +284,16 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         run.mark("checked")
         return run
 
+    async def _save_when_asked(
+        self, run: chat.AnswerRun, conversation_id: int | None, parent_id: int | None, most: int
+    ) -> Answer:
+        """The answer's row, written once vLLM is asked (or the answer ended before asking)."""
+        await run.asked.wait()
+        answer: Answer = await database_sync_to_async(self._ask_save)(
+            run.question, run.settings, conversation_id, parent_id, most
+        )
+        return answer
+
     def _ask_save(
         self,
         question: str,
@@ -328,6 +339,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             log.exception("chat answer %s failed", client_id)
             run.error = f"{type(exc).__name__}: {exc}"
         finally:
+            run.asked.set()  # an answer that ended before asking vLLM still gets its row
             if retrieving is not None:
                 chat.retrieval_discard(retrieving)
             self.in_flight.pop(client_id, None)

@@ -227,6 +227,7 @@ def test_chroma_killed_the_chat_answers_from_the_lexical_index_saying_vector_sea
     assert len(shown) == 1 and shown[0].startswith("벡터 검색 불가") and "Chroma" in shown[0], shown
     saved = Answer.objects.get(pk=answer["answer_id"])
     assert [n["code"] for n in saved.timings["notices"]] == ["dense_unavailable"]
+    assert saved.timings["embed_ms"] is None  # nothing was embedded: the panel shows "—"
     reopened = page(chat, f"/chat/{answer['conversation']}/").text  # the page draws saved answers from JSON
     assert "dense_unavailable" in reopened and json.dumps("벡터 검색 불가")[1:-1] in reopened
     english = retrieval_ranks(chat, question=ENGLISH_QUESTION)

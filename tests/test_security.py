@@ -192,6 +192,7 @@ def slow_answers(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     retrieved: list[str] = []
 
     async def forever(run: chat.AnswerRun, send: Any, retrieving: Any = None) -> None:
+        run.asked.set()  # as the real one does once the request is out: the row is written now
         await asyncio.sleep(60)
 
     def nothing_found(run: chat.AnswerRun) -> RetrievalResult:

@@ -128,6 +128,12 @@ def test_make_perf_turns_each_commands_json_into_table_rows(
     (gradebook,) = [command for what, _, command in rows if what.startswith("gradebook")]
     assert gradebook.startswith("python manage.py lab_reliability --runs 1 --labs 5,3,6 --save ")
     assert f"then python manage.py bench_gradebook --learners 10 --runs 2 --results {recorded[0][1]}" in gradebook
+    # A full run after a --quick one records only the labs the folder lacks, then uses all six.
+    for number in (5, 3, 6):
+        (recorded[0][1] / f"lab{number}-run1.json").parent.mkdir(parents=True, exist_ok=True)
+        (recorded[0][1] / f"lab{number}-run1.json").write_text(json.dumps({"results": {}}))
+    perf.gradebook_rows(quick=False)
+    assert [labs for labs, _ in recorded] == ["5,3,6", "4,1,2"]
     race = "added TTFT at concurrency %d: ours / vllm bench serve (scripted server)"
     assert text[race % 1] == "0.90 (1.8 vs 2.0 ms p50)" and text[race % 256].startswith("—")
     assert all(command.startswith("python manage.py") for _, _, command in rows)

@@ -164,7 +164,7 @@
     row(table, "tokens_per_s", L.tokens_per_s, undefined, x.speedLive || num(t.decode_speed));
     row(table, "retrieval_split", L.retrieval_split, undefined,
       t.dense_skipped ? `${L.embed_skipped} + ${L.search} ${ms(t.search_ms)}`
-        : has(t.embed_ms) ? `${L.embed} ${ms(t.embed_ms)} + ${L.search} ${ms(t.search_ms)}` : "—");
+        : has(t.search_ms) ? `${L.embed} ${ms(t.embed_ms)} + ${L.search} ${ms(t.search_ms)}` : "—");
     row(table, "prep", L.prep, undefined, ms(t.prep_ms));
     row(table, "split", L.split, undefined, has(tok.instructions) ? `${tok.instructions} / ${tok.context} / ${tok.question}` : "—");
     const reason = t.finish_reason ? L["finish_" + t.finish_reason] || t.finish_reason : "—";

@@ -90,7 +90,7 @@ class Command(BaseCommand):
             ("    embedding the question", summary["embed_ms"]),
             ("    searching (Chroma + BM25)", summary["search_ms"]),
             ("  question received -> request sent to vLLM", summary["prep_ms"]),
-            ("    of which not retrieval (checks, saving, prompt)", summary["prep_beyond_retrieval_ms"]),
+            ("    of which not retrieval (checks, prompt, thread hops)", summary["prep_beyond_retrieval_ms"]),
             ("  our vLLM client's own TTFT inside the chat", summary["chat_client_ttft_ms"]),
             ("  vLLM's own queue + prefill (server side), the chat's request", summary["server_ms"]),
             ("  vLLM's own queue + prefill (server side), the direct request", summary["direct_server_ms"]),
