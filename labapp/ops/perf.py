@@ -129,7 +129,7 @@ def client_rows(quick: bool) -> list[Row]:
 
 def race_rows(quick: bool) -> list[Row]:
     """A row per concurrency level: our runner's added TTFT, vllm bench serve's, and the ratio."""
-    options: dict[str, Any] = {"levels": "1,4,16,64,256", "requests": 64 if quick else 128, "rounds": 1 if quick else 2}
+    options: dict[str, Any] = {"levels": "1,4,16,64,256", "requests": 64 if quick else 128, "rounds": 1 if quick else 4}
     r = _run("bench_client_race", **options)
     assert isinstance(r, dict)
     command = _command("bench_client_race", options)
