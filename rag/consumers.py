@@ -193,7 +193,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         # conversation that is not the learner's) stops the answer and the request sent to vLLM.
         retrieving = chat.retrieval_start(run, searching)
         # The engine that answers, read at every ask (a pick made on the engines page after this tab
-        # opened counts), beside the row's write: on a thread of its own, not behind the write.
+        # opened counts), beside the search: on a thread of its own, not behind other database work.
         engine = asyncio.ensure_future(
             database_sync_to_async(self.engine_of, thread_sensitive=False)(sockets.scope_session_key(self.scope))
         )
@@ -302,7 +302,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         parent_id: int | None,
         most: int,
     ) -> Answer:
-        """While the question is searched and answered: the answer's row."""
+        """The answer's row, once vLLM is asked (``_save_when_asked``)."""
         return conversations.answer_start(
             user=self.user,
             question=question,
