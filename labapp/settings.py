@@ -179,10 +179,19 @@ WEB_PORT = env_int("WEB_PORT", minimum=1, maximum=65535)
 VLLM_CPU_THREADS = env_str("VLLM_CPU_THREADS")
 VLLM_DTYPE = env_choice("VLLM_DTYPE", ("auto", "bfloat16", "float16", "float32"))
 
+# channels_redis waits for a socket's next message with BZPOPMIN, 5 s at a time on the Redis server.
+# redis-py 8 gives every connection a 5 s read timeout by default, which races that wait, and the
+# client's timeout wins: a consumer with no message for 5 s got "Timeout reading from …" instead
+# of waiting on, Channels closed its socket with 1011 (the status page's ping and the job progress
+# sockets), and the chat's sign-out watch logged "retrying" (redis-py issue 4091, channels_redis
+# issue 422). Reads on the layer's connections may take the blocking wait plus a margin; a dead
+# Redis still ends them (its socket closes), and one that hangs is noticed after LAYER_READ_TIMEOUT_S.
+LAYER_BLOCKING_WAIT_S = 5  # channels_redis.core.RedisChannelLayer.brpop_timeout
+LAYER_READ_TIMEOUT_S = LAYER_BLOCKING_WAIT_S + 10
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL]},
+        "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": LAYER_READ_TIMEOUT_S}]},
     }
 }
 
