@@ -2,6 +2,7 @@
 
 import os
 
+from django.conf import settings
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "labapp.settings")
@@ -15,6 +16,7 @@ from bench.consumers import JobProgressConsumer  # noqa: E402
 from bench.selectors import chat_engine, chat_speeds  # noqa: E402
 from labapp.consumers import PingConsumer  # noqa: E402
 from labapp.origins import SameOriginValidator  # noqa: E402
+from labapp.request_threads import KeptRequestThreads  # noqa: E402
 from rag.consumers import ChatConsumer  # noqa: E402
 
 websocket_urlpatterns = [
@@ -23,9 +25,12 @@ websocket_urlpatterns = [
     path("ws/bench/<int:job_id>/", JobProgressConsumer.as_asgi()),
 ]
 
+# Pages run their synchronous work on kept threads, not two new threads per request (WEB_REQUEST_THREADS).
+http_app = KeptRequestThreads(django_asgi_app, settings.WEB_REQUEST_THREADS) if settings.WEB_REQUEST_THREADS else None
+
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": http_app or django_asgi_app,
         "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

@@ -83,6 +83,12 @@ VARIABLES: dict[str, Variable] = {
         Variable("STATUS_CACHE_S", "5", "status page: seconds its probe results are reused (0 = probe on every hit)"),
         Variable("WEB_HOST", "127.0.0.1", "address Daphne listens on (0.0.0.0 for a class server)"),
         Variable("WEB_PORT", "8000", "port of the Daphne web server"),
+        Variable(
+            "WEB_REQUEST_THREADS",
+            "16",
+            "web: threads kept for pages' synchronous work, reused request after request; 0 = Django's default "
+            "(two new threads per request)",
+        ),
         Variable("REDIS_PORT", "6399", "port of the embedded redis-server"),
         Variable("CHROMA_PORT", "8100", "port of the embedded Chroma server"),
         Variable("VLLM_PORT", "8200", "port of the embedded vLLM engine"),

@@ -176,6 +176,7 @@ FILE_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024  # a larger uploaded file is spooled t
 STATUS_CACHE_S = env_int("STATUS_CACHE_S", minimum=0, maximum=3600)
 WEB_HOST = env_str("WEB_HOST")
 WEB_PORT = env_int("WEB_PORT", minimum=1, maximum=65535)
+WEB_REQUEST_THREADS = env_int("WEB_REQUEST_THREADS", minimum=0, maximum=1000)  # labapp.request_threads
 VLLM_CPU_THREADS = env_str("VLLM_CPU_THREADS")
 VLLM_DTYPE = env_choice("VLLM_DTYPE", ("auto", "bfloat16", "float16", "float32"))
 
