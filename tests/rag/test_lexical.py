@@ -96,7 +96,8 @@ def test_a_saved_index_opens_memory_mapped_and_ranks_as_the_built_one(tmp_path: 
     built = BM25Index.build(documents, metadatas)
     built.save(folder, stamp="3:2026-12-01")
     opened = BM25Index.load(folder, stamp="3:2026-12-01")
-    assert opened is not None and opened.ids == built.ids
+    assert opened is not None and opened.all_ids() == built.ids and opened.size == 3
+    assert opened.ids == [] and opened._doc_at == {}  # the ids are not read into a list or a dict
     for question in ("프리필이 뭐야?", "디코드와 KV 캐시", "TTFT", "zebra"):
         assert opened.search(question, 3) == built.search(question, 3)
         assert opened.coverage(question, "decode") == built.coverage(question, "decode")
@@ -120,3 +121,24 @@ def test_an_empty_index_saves_and_opens() -> None:
         BM25Index.build({}).save(Path(folder) / "empty")
         opened = BM25Index.load(Path(folder) / "empty")
         assert opened is not None and opened.search("프리필", 3) == [] and opened.chunk("a") is None
+
+
+def test_an_opened_index_finds_every_chunk_by_its_id_without_a_table_of_ids(tmp_path: object) -> None:
+    """An opened index finds a chunk's position by a binary search over its ids in order (no list or
+    dict of 100k ids read at every opening): every id is found, in any script, and no other."""
+    import random
+    from pathlib import Path
+
+    rng = random.Random(3)
+    ids = [f"{rng.choice(['chapter/ko', 'user-7', 'Z', '프리필'])}/{rng.randrange(10**6)}:{n}" for n in range(500)]
+    documents = {doc_id: f"프리필 디코드 문서 {n} " + "캐시 " * (n % 4) for n, doc_id in enumerate(ids)}
+    built = BM25Index.build(documents)
+    folder = Path(str(tmp_path)) / "index"
+    built.save(folder)
+    opened = BM25Index.load(folder)
+    assert opened is not None
+    assert [opened._position(doc_id) for doc_id in ids] == list(range(len(ids)))
+    assert [opened.chunk(doc_id) for doc_id in ids[:20]] == [built.chunk(doc_id) for doc_id in ids[:20]]
+    for missing in ("", "chapter/ko", ids[0] + "x", "\uffff"):
+        assert opened._position(missing) is None and opened.chunk(missing) is None
+    assert opened.search("프리필 캐시", 7) == built.search("프리필 캐시", 7)
