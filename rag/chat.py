@@ -288,7 +288,6 @@ async def _retrieve(run: AnswerRun, searching: Searching | None = None) -> list[
     run.retrieval_ms, run.embed_ms, run.search_ms = result.retrieval_ms, result.embed_ms, result.search_ms
     run.dense_skipped = result.dense_skipped
     if result.dense_unavailable:
-        run.embed_ms = None  # no question was embedded: the panel shows "—", not 0 ms
         why = {"why": result.dense_unavailable}
         run.notice("dense_unavailable", _("벡터 검색 불가: BM25 낱말 검색만으로 찾았습니다 (%(why)s)") % why)
     run.sources = [_source(chunk, run.collection) for chunk in result.chunks]

@@ -58,7 +58,8 @@ class RetrievedChunk:
 @dataclass
 class RetrievalResult:
     chunks: list[RetrievedChunk]
-    embed_ms: float = 0.0
+    # None: no question was embedded (lexical mode, the dense half skipped, or Chroma down); shown as "—"
+    embed_ms: float | None = None
     search_ms: float = 0.0
     mode: Mode = "hybrid"
     below_threshold: int = 0  # candidates in the top-k dropped by min_relevance
@@ -70,7 +71,7 @@ class RetrievalResult:
 
     @property
     def retrieval_ms(self) -> float:
-        return self.embed_ms + self.search_ms
+        return (self.embed_ms or 0.0) + self.search_ms
 
 
 _lexical_lock = threading.Lock()
@@ -179,7 +180,7 @@ _dense_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="retrieval-de
 @dataclass
 class _Candidates:
     dense: list[vectorstore.Hit]
-    embed_ms: float
+    embed_ms: float | None
     lexical_hits: list[tuple[str, float]]
     index: lexical.BM25Index | None
     texts: dict[str, vectorstore.Hit]  # every chunk whose text is in hand
@@ -210,17 +211,17 @@ def _candidates(
 
 def _dense_outcome(
     job: Future[tuple[list[vectorstore.Hit], float]] | None, *, fall_back: bool
-) -> tuple[list[vectorstore.Hit], float, str]:
-    """The dense list and its embedding time; with ``fall_back``, an unreachable Chroma gives an empty list
-    and the reason instead of the error."""
+) -> tuple[list[vectorstore.Hit], float | None, str]:
+    """The dense list and its embedding time (None when nothing was embedded); with ``fall_back``, an
+    unreachable Chroma gives an empty list and the reason instead of the error."""
     if job is None:
-        return [], 0.0, ""
+        return [], None, ""
     try:
         dense, embed_ms = job.result()
     except vectorstore.RetrievalUnavailable as exc:
         if not fall_back:
             raise
-        return [], 0.0, str(exc)
+        return [], None, str(exc)
     return dense, embed_ms, ""
 
 
@@ -301,5 +302,5 @@ def retrieve(
             )
         )
     # What retrieval took beyond embedding the question (the two overlap: their sum is the wall time).
-    result.search_ms = (time.perf_counter() - started) * 1000 - result.embed_ms
+    result.search_ms = (time.perf_counter() - started) * 1000 - (result.embed_ms or 0.0)
     return result

@@ -232,6 +232,7 @@ def test_chroma_killed_the_chat_answers_from_the_lexical_index_saying_vector_sea
     assert "dense_unavailable" in reopened and json.dumps("벡터 검색 불가")[1:-1] in reopened
     english = retrieval_ranks(chat, question=ENGLISH_QUESTION)
     assert "dense-unavailable" in english and 'data-rank="1"' in english
+    assert "<b>임베딩</b> —</span>" in english  # nothing was embedded: no "0.0 ms"
     # Dense search alone has nothing to fall back on.
     assert "검색 불가 (Chroma)" in retrieval_ranks(chat, question=ENGLISH_QUESTION, mode="dense")
 

@@ -569,6 +569,25 @@ def test_the_retrieval_page_shows_ranked_chunks_with_every_score(
 
 
 @pytest.mark.django_db
+def test_the_retrieval_page_shows_no_embedding_time_when_nothing_was_embedded(
+    learner_client: Client, learner: User, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """BM25 alone (lexical mode, or a hybrid search whose vector half found Chroma down) embeds no question:
+    "—" beside the embedding, never "0.0 ms"."""
+    found = [
+        retrieval.RetrievalResult(chunks=[hit()], search_ms=5.0, mode="lexical"),
+        retrieval.RetrievalResult(chunks=[hit()], search_ms=5.0, dense_unavailable="Chroma at http://c is unreachable"),
+        retrieval.RetrievalResult(chunks=[hit()], embed_ms=12.34, search_ms=5.0),
+    ]
+    monkeypatch.setattr(retrieval, "retrieve", lambda question, **kwargs: found.pop(0))
+    indexed(user_collection_name(learner))
+    query = {"question": "prefill", "collection": "mine", "chunk_size": "500"}
+    shown = [learner_client.get("/retrieval/", query).content.decode() for _ in range(3)]
+    assert "<b>임베딩</b> —</span>" in shown[0] and "<b>임베딩</b> —</span>" in shown[1]
+    assert "<b>임베딩</b> 12.3 ms</span>" in shown[2] and "0.0 ms" not in shown[0] + shown[1]
+
+
+@pytest.mark.django_db
 def test_the_chapter_is_searched_in_the_page_language(learner_client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
     languages: list[str | None] = []
 

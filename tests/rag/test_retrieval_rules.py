@@ -46,7 +46,7 @@ def _retrieve(question: str, **options: Any) -> retrieval.RetrievalResult:
 
 def test_a_korean_question_is_searched_by_bm25_alone_with_the_english_only_bundled_model(searched: list[str]) -> None:
     found = _retrieve("프리필 단계란?")
-    assert searched == [] and found.dense_skipped and found.embed_ms == 0.0
+    assert searched == [] and found.dense_skipped and found.embed_ms is None
     assert found.chunks[0].id == "ko-1"
     assert all(chunk.dense_rank is None and chunk.lexical_rank is not None for chunk in found.chunks)
 
@@ -79,7 +79,7 @@ def test_with_chroma_down_a_hybrid_search_answers_from_the_lexical_index_saying_
     monkeypatch.setattr(vectorstore, "query", down)
     monkeypatch.setattr(vectorstore, "get_ids", down)
     found = _retrieve("What does prefill compute?")
-    assert found.dense_unavailable == "Chroma at http://chroma is unreachable" and found.embed_ms == 0.0
+    assert found.dense_unavailable == "Chroma at http://chroma is unreachable" and found.embed_ms is None
     assert [chunk.id for chunk in found.chunks] == ["en-1"] and found.chunks[0].text == DOCS["en-1"]
     assert found.chunks[0].dense_rank is None and found.chunks[0].lexical_rank == 1
     with pytest.raises(vectorstore.RetrievalUnavailable):
