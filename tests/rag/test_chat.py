@@ -239,12 +239,12 @@ def test_the_panel_says_when_the_question_was_not_embedded(
     """A Korean question with the English-only bundled model: BM25 alone, and the saved timings say so."""
 
     def retrieve(question: str, *, top_k: int, **kwargs: Any) -> retrieval.RetrievalResult:
-        return retrieval.RetrievalResult(chunks=CHUNKS[:top_k], embed_ms=0.0, search_ms=2.0, dense_skipped=True)
+        return retrieval.RetrievalResult(chunks=CHUNKS[:top_k], search_ms=2.0, dense_skipped=True)
 
     monkeypatch.setattr(retrieval, "retrieve", retrieve)
     (frames,) = _answers(_cookie())
     timings = frames[-1]["answer"]["timings"]
-    assert timings["dense_skipped"] is True and timings["embed_ms"] == 0.0
+    assert timings["dense_skipped"] is True and timings["embed_ms"] is None
     assert Answer.objects.get().timings["dense_skipped"] is True
 
 
@@ -256,7 +256,7 @@ def test_with_chroma_down_the_panel_shows_no_embedding_time_and_the_notice(
 
     def retrieve(question: str, *, top_k: int, **kwargs: Any) -> retrieval.RetrievalResult:
         return retrieval.RetrievalResult(
-            chunks=CHUNKS[:top_k], embed_ms=0.0, search_ms=2.0, dense_unavailable="Chroma at http://c is unreachable"
+            chunks=CHUNKS[:top_k], search_ms=2.0, dense_unavailable="Chroma at http://c is unreachable"
         )
 
     monkeypatch.setattr(retrieval, "retrieve", retrieve)
@@ -438,6 +438,45 @@ def test_stop_or_a_closed_tab_cancels_the_upstream_request_and_keeps_the_partial
     assert fake.disconnected.wait(5), "the HTTP stream to vLLM was not closed"
     if action == "stop":
         assert frames[-1]["type"] == "done" and frames[-1]["answer"]["status"] == "stopped"
+
+
+def test_a_tab_closed_while_its_question_is_searched_still_leaves_the_answers_row(
+    fake: scripted_server.Script, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The row waits for vLLM to be asked; a tab closed before that (during the search) loses nothing:
+    the socket reads the close only once the row is written, the answer then stops, and its row keeps
+    the question, the search's timings and "stopped"; the request sent to vLLM is closed."""
+    fake.pieces = [f" 조각{n}" for n in range(200)]
+    fake.delay_s = 0.05
+    searching, release = threading.Event(), threading.Event()
+    rows_while_searched: list[int] = []
+
+    def retrieve(question: str, *, top_k: int, **kwargs: Any) -> retrieval.RetrievalResult:
+        rows_while_searched.append(Answer.objects.count())
+        searching.set()
+        assert release.wait(10)
+        return retrieval.RetrievalResult(chunks=CHUNKS[:top_k], embed_ms=3.0, search_ms=2.0)
+
+    monkeypatch.setattr(retrieval, "retrieve", retrieve)
+    cookie = _cookie()
+
+    async def go() -> None:
+        socket = _socket(cookie)
+        assert (await socket.connect())[0]
+        await socket.send_json_to(_ask(top_k=2))
+        while not searching.is_set():
+            await asyncio.sleep(0.01)
+        await socket.send_input({"type": "websocket.disconnect", "code": 1001})  # the tab is closed
+        await asyncio.sleep(0.2)
+        release.set()
+        await socket.wait(timeout=10)
+
+    aio.run(go())
+    assert rows_while_searched == [0]  # no row while the question is searched
+    answer = Answer.objects.get()
+    assert answer.status == Answer.Status.STOPPED and answer.question == "프리필이란?"
+    assert answer.timings["retrieval_ms"] == 5.0 and len(answer.text) < len("".join(fake.pieces))
+    assert fake.disconnected.wait(5), "the request sent to vLLM was not closed"
 
 
 def _failed_answer(fake: scripted_server.Script, **settings: Any) -> dict[str, Any]:
