@@ -43,7 +43,12 @@ def test_many_sockets_browsers_and_a_job_at_once_deliver_every_frame_to_its_sock
     assert report["pages"]["lab_page_ms"]["n"] > 0, "no lab page was fetched"
     assert "gradebook / lab page, p50 and p95" in text
     assert report["saved"]["problems"] == [] and report["saved"]["saved"] == report["answers"]["asked"]
-    assert report["job"] is not None and report["job"]["status"] == "done", report["job"]
+    assert [job["status"] for job in report["jobs"]] == ["done"] * plan.rounds, report["jobs"]
     assert all(values[0] is not None for values in report["rss_mib"].values()), report["rss_mib"]
     assert report["rss_flat"], report["rss_last_round_growth_mib"]
+    first = report["first_question"]
+    assert first is not None and first["chunks"] == plan.first_question_chunks and first["error"] == "", first
+    assert first["seconds"] is not None and first["under_load"] is not None, first
+    assert f"first question at {plan.first_question_chunks} chunks" in text
+    assert report["ping_ms"]["inbound"]["n"] > 0 and report["client_loop_lag_ms"]["n"] > 0, report["ping_ms"]
     assert loadtest.failures(report) == []

@@ -116,26 +116,38 @@ def _percentile(values: list[float], q: float) -> float:
     return percentile(values, q)
 
 
-def measure(size: int, questions: list[str], *, bm25s: bool) -> dict[str, Any]:
-    """One collection size: filled, its lexical index built as the worker builds it, the first question
-    of a process that has not searched yet, then every question's embed, search and total times."""
+def prepare(size: int) -> dict[str, Any]:
+    """``perf-scale-<size>`` filled and its lexical index built and saved, as the indexing worker does
+    after a change: the collection's name and the seconds each took."""
     from rag import retrieval
 
     name = f"perf-scale-{size}"
     filled = fill(name, size)
     started = time.perf_counter()
-    retrieval.prebuild_lexical(name, [500], ("ko",))  # what the indexing worker does after a change
+    retrieval.prebuild_lexical(name, [500], ("ko",))
     prebuilt = time.perf_counter() - started
-    retrieval._lexical_cache.clear()  # a web process that has not searched yet: it opens the saved index
+    return {"chunks": size, "collection": name, "fill_s": round(filled, 1), "lexical_build_s": round(prebuilt, 2)}
+
+
+def first_question(name: str, question: str) -> float:
+    """Seconds to answer ``question`` in a process that has not searched ``name`` yet: it opens the
+    saved lexical index instead of building one (a Korean question: BM25 alone, as the chat asks)."""
+    from rag import retrieval
+
+    retrieval._lexical_cache.clear()
     started = time.perf_counter()
-    retrieval.retrieve(questions[0], collection=name, chunk_size=500, top_k=5, language="ko")
-    first = time.perf_counter() - started
-    row: dict[str, Any] = {
-        "chunks": size,
-        "fill_s": round(filled, 1),
-        "lexical_build_s": round(prebuilt, 2),
-        "first_query_s": round(first, 2),
-    }
+    retrieval.retrieve(question, collection=name, chunk_size=500, top_k=5, language="ko")
+    return time.perf_counter() - started
+
+
+def measure(size: int, questions: list[str], *, bm25s: bool) -> dict[str, Any]:
+    """One collection size: filled, its lexical index built as the worker builds it, the first question
+    of a process that has not searched yet, then every question's embed, search and total times."""
+    from rag import retrieval
+
+    row: dict[str, Any] = prepare(size)
+    name = row["collection"]
+    row["first_query_s"] = round(first_question(name, questions[0]), 2)
     # As the chat searches (a Korean question: BM25 alone with the bundled English-only model), then
     # with the question embedded as well (what an English question, or any question with a
     # multilingual model, costs): prefix "embedded_".
@@ -143,7 +155,7 @@ def measure(size: int, questions: list[str], *, bm25s: bool) -> dict[str, Any]:
         times: dict[str, list[float]] = {"embed": [], "search": [], "total": []}
         for question in questions:
             result = retrieval.retrieve(question, collection=name, chunk_size=500, top_k=5, language="ko", embed=embed)
-            times["embed"].append(result.embed_ms)
+            times["embed"].append(result.embed_ms or 0.0)  # a question not embedded costs no embedding
             times["search"].append(result.search_ms)
             times["total"].append(result.retrieval_ms)
         for part, values in times.items():

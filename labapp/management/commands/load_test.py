@@ -38,6 +38,12 @@ class Command(BaseCommand):
         parser.add_argument(
             "--job", action=argparse.BooleanOptionalAction, default=None, help="submit a benchmark job (default)"
         )
+        parser.add_argument(
+            "--first-question-chunks",
+            type=int,
+            help=f"a new process's first question at this many chunks, during the last round; 0: none "
+            f"(default {full.first_question_chunks})",
+        )
         parser.add_argument("--web-pid", type=int, help="the web server's pid (default: found by its port)")
         parser.add_argument("--worker-pid", type=int, help="the Celery worker's pid (default: found by its Redis)")
         parser.add_argument("--keep", action="store_true", help="keep the run's users, class and answers")

@@ -10,7 +10,7 @@ Each round, every socket asks ``asks`` questions one after the other (a user wit
 tabs has two sockets, so at most two answers in flight, within
 ``CHAT_MAX_CONCURRENT_PER_USER``), while the browsers fetch lab, chapter, benchmark and
 (instructors) gradebook pages with a pause between requests until the sockets are done.
-A benchmark job is submitted before the first round. What is measured:
+A benchmark job is submitted at the start of each round and waited for at its end. What is measured:
 
 * **misdelivered frames**: a frame on a socket that does not belong to an answer asked on
   that socket: an unknown client id, a ``started`` or ``done`` whose question lacks the
@@ -28,7 +28,10 @@ A benchmark job is submitted before the first round. What is measured:
 * **RSS** of the web server and the Celery worker (each with its child processes) before
   the first round and after each round; memory is flat when the last round adds less
   than ``rss_bound_mib`` to either;
-* afterwards every asked answer is a saved row with status ``done`` and its timings.
+* afterwards every asked answer is a saved row with status ``done`` and its timings;
+* **the first question at size** (``plan.first_question_chunks``, 100k at full size): a
+  process that has not searched a collection of that size yet asks one question during
+  the last round, opening the saved lexical index (``search.py``).
 
     python manage.py load_test [--sockets 50 --tab-pairs 10 --browsers 30 ...]
     python -m labapp.ops.loadtest [same options]   # `make load`: starts what is not running first
@@ -47,6 +50,7 @@ import httpx
 from labapp.ops.loadtest.cast import FINISHED, answers_check, cast_create, cast_delete, job_start, job_wait, page_paths
 from labapp.ops.loadtest.plan import FULL, REDUCED, LoadPlan, RoundResult
 from labapp.ops.loadtest.report import failures, report_build, table
+from labapp.ops.loadtest.search import FirstQuestion
 from labapp.ops.loadtest.traffic import round_run
 from labapp.ops.stack.memory import find_web_pid, find_worker_pid, rss_mib
 
@@ -78,22 +82,32 @@ def load_run(
     say(f"[load] run {cast.run}: {plan.sockets} sockets ({plan.tab_pairs} two-tab users), {plan.browsers} browsers")
     rss: dict[str, list[float | None]] = {name: [rss_mib(pid) if pid else None] for name, pid in processes.items()}
     rounds: list[RoundResult] = []
-    job_id: int | None = None
-    job: dict[str, Any] | None = None
+    jobs: list[dict[str, Any]] = []
+    started: list[int] = []
+    first = FirstQuestion(plan.first_question_chunks, questions[0]) if plan.first_question_chunks else None
+    if first is not None:
+        say(f"[load] a collection of {plan.first_question_chunks} chunks for the first question (kept between runs)")
+        first.prepare()
     try:
-        job_id = job_start(cast) if plan.job else None
         for round_no in range(plan.rounds):
+            last = round_no == plan.rounds - 1
+            # A job per round, waited for before memory is read: every round does the same work, so
+            # the last round's growth is a leak, not a job still running from the round before.
+            started += [job_start(cast)] if plan.job else []
+            if first is not None and last:
+                first.start()
             result = asyncio.run(round_run(web, cast, plan, round_no, questions, paths))
+            if first is not None and last:
+                first.round_over.set()
             rounds.append(result)
+            jobs += [job_wait(started[-1], plan.job_wait_s)] if plan.job else []
             for name, pid in processes.items():
                 rss[name].append(rss_mib(pid) if pid else None)
             done = sum(a.status == "done" for a in result.asks)
             say(f"[load] round {round_no + 1}: {done}/{len(result.asks)} answers done in {result.seconds} s")
-        asks = [a for r in rounds for a in r.asks]
-        job = job_wait(job_id, plan.job_wait_s) if job_id else None
-        saved = answers_check(cast, asks)
+        saved = answers_check(cast, [a for r in rounds for a in r.asks])
     finally:
         # A job still running would lose its owner under the worker: then the run's rows stay.
-        if not keep and (job_id is None or (job is not None and job["status"] in FINISHED)):
+        if not keep and len(jobs) == len(started) and all(job["status"] in FINISHED for job in jobs):
             cast_delete(cast)
-    return report_build(plan, cast, rounds, rss, job, saved)
+    return report_build(plan, cast, rounds, rss, jobs, saved, first.report() if first else None)

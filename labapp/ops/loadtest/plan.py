@@ -19,16 +19,19 @@ class LoadPlan:
     round_limit_s: float = 600.0  # a round still running after this is stopped and its asks fail
     job_wait_s: float = 300.0  # after the last round, how long to wait for the job to finish
     rss_bound_mib: float = 64.0
+    first_question_chunks: int = 100_000  # a new process's first question at this size, during the last round (0: none)
 
     def check(self) -> None:
         if self.sockets < 1 or self.tab_pairs < 0 or 2 * self.tab_pairs > self.sockets:
             raise ValueError("need at least one socket and at most sockets/2 tab pairs")
         if self.browsers < 1 or self.rounds < 2 or self.asks < 1:
             raise ValueError("need at least one browser, two rounds and one ask per socket")
+        if self.first_question_chunks < 0:
+            raise ValueError("the first question's collection size cannot be negative (0: no first question)")
 
 
 FULL = LoadPlan()
-REDUCED = LoadPlan(sockets=12, tab_pairs=3, browsers=6)
+REDUCED = LoadPlan(sockets=12, tab_pairs=3, browsers=6, first_question_chunks=1000)
 
 
 @dataclass
@@ -54,4 +57,7 @@ class RoundResult:
     misdelivered: list[str] = field(default_factory=list)
     socket_errors: list[str] = field(default_factory=list)
     refused_handshakes: list[str] = field(default_factory=list)  # tried again, as the chat page does
+    client_lag_ms: list[float] = field(default_factory=list)  # the load client's own event loop, every 20 ms
+    ping_in_ms: list[float] = field(default_factory=list)  # /ws/ping/: client → server, on the shared clock
+    ping_out_ms: list[float] = field(default_factory=list)  # server → channel layer → client
     seconds: float = 0.0

@@ -24,8 +24,9 @@ def report_build(
     cast: Cast,
     rounds: list[RoundResult],
     rss: dict[str, list[float | None]],
-    job: dict[str, Any] | None,
+    jobs: list[dict[str, Any]],
     saved: dict[str, Any],
+    first_question: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     asks = [a for r in rounds for a in r.asks]
     pages = [p for r in rounds for p in r.pages]
@@ -61,14 +62,21 @@ def report_build(
             "first": _pcts([a.first_delay_ms for a in asks if a.first_delay_ms is not None]),
             "last": _pcts([a.last_delay_ms for a in asks if a.last_delay_ms is not None]),
         },
+        "ping_ms": {
+            "inbound": _pcts([ms for r in rounds for ms in r.ping_in_ms]),
+            "outbound": _pcts([ms for r in rounds for ms in r.ping_out_ms]),
+        },
+        "client_loop_lag_ms": _pcts([ms for r in rounds for ms in r.client_lag_ms]),
         "client_ttft_ms": _pcts([a.ttft_ms for a in asks if a.ttft_ms is not None]),
         "client_token_gap_ms": _pcts([g for a in asks for g in a.gaps_ms]),
         "round_seconds": [r.seconds for r in rounds],
         "rss_mib": rss,
         "rss_last_round_growth_mib": growth,
         "rss_flat": all(g is not None and g < plan.rss_bound_mib for g in growth.values()),
-        "job": job,
+        "jobs": jobs,
+        "job": jobs[-1] if jobs else None,
         "saved": saved,
+        "first_question": first_question,
     }
 
 
@@ -108,6 +116,9 @@ def table(report: dict[str, Any]) -> str:
         ("  gradebook / lab page, p50 and p95", _ratios(pages["gradebook_ms"], pages["lab_page_ms"])),
         ("websocket token delay, first token p50 / p95, ms", p(report["token_delay_ms"]["first"])),
         ("websocket token delay, last token p50 / p95, ms", p(report["token_delay_ms"]["last"])),
+        ("  the load client's own event-loop lag (20 ms ticks) p50 / p95, ms", p(report["client_loop_lag_ms"])),
+        ("  a ping every 250 ms, client → server p50 / p95, ms", p(report["ping_ms"]["inbound"])),
+        ("  the same, server → Redis → client p50 / p95, ms", p(report["ping_ms"]["outbound"])),
         ("client TTFT p50 / p95, ms", p(report["client_ttft_ms"])),
         ("client gap between token frames p50 / p95, ms", p(report["client_token_gap_ms"])),
     ]
@@ -117,13 +128,23 @@ def table(report: dict[str, Any]) -> str:
     growth = ", ".join(f"{k} {v}" for k, v in report["rss_last_round_growth_mib"].items())
     flat = "flat" if report["rss_flat"] else "NOT flat"
     rows.append((f"RSS growth in the last round, MiB (bound {plan['rss_bound_mib']:g})", f"{growth}: {flat}"))
-    job = report["job"]
-    job_text = (
-        "none" if job is None else f"{job['status']} ({job['requests']} requests, {job['seconds']} s) {job['error']}"
-    )
-    rows.append(("benchmark job", job_text.strip()))
+    jobs = report["jobs"]
+    described = [f"{j['status']} ({j['requests']} requests, {j['seconds']} s) {j['error']}".strip() for j in jobs]
+    rows.append(("benchmark job, one per round", "; ".join(described) if jobs else "none"))
+    rows.append(_first_question_row(report["first_question"]))
     width = max(len(r[0]) for r in rows)
     return "\n".join(f"{what:<{width}}  {value}" for what, value in rows)
+
+
+def _first_question_row(first: dict[str, Any] | None) -> tuple[str, str]:
+    if first is None:
+        return ("a new process's first question at size", "not asked")
+    what = f"a new process's first question at {first['chunks']} chunks, s"
+    if first["error"]:
+        return (what, f"failed: {first['error']}")
+    when = "during the last round" if first["under_load"] else "after the last round, which ended first"
+    made = f"its lexical index made current before the rounds: {first['lexical_build_s']} s"
+    return (what, f"{first['seconds']} {when} ({made})")
 
 
 def failures(report: dict[str, Any]) -> list[str]:
@@ -139,8 +160,12 @@ def failures(report: dict[str, Any]) -> list[str]:
         found.append(f"pages: {report['pages']['5xx']} 5xx, other: {report['pages']['other_not_200'][:5]}")
     if report["saved"]["problems"]:
         found.append(f"saved answers: {report['saved']['problems'][:5]}")
-    if report["job"] is not None and report["job"]["status"] != "done":
-        found.append(f"benchmark job: {report['job']}")
+    for job in report["jobs"]:
+        if job["status"] != "done":
+            found.append(f"benchmark job: {job}")
+    first = report.get("first_question")
+    if first is not None and first["error"]:
+        found.append(f"first question: {first['error']}")
     if not report["rss_flat"]:
         found.append(f"memory not flat: {report['rss_last_round_growth_mib']}")
     return found

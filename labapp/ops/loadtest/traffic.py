@@ -174,6 +174,44 @@ async def _browse(
                 await asyncio.wait_for(stop.wait(), plan.think_s)
 
 
+LAG_TICK_S = 0.02
+
+
+async def _loop_lag(stop: asyncio.Event, result: RoundResult) -> None:
+    """How late this process's own event loop wakes a 20 ms sleep, all round: the part of every delay
+    measured here that is the load client's own queueing, not the server's."""
+    loop = asyncio.get_running_loop()
+    while not stop.is_set():
+        asked = loop.time()
+        await asyncio.sleep(LAG_TICK_S)
+        result.client_lag_ms.append(round(max(0.0, loop.time() - asked - LAG_TICK_S) * 1000, 1))
+
+
+PING_EVERY_S = 0.25
+
+
+async def _pinger(web: str, person: Person, stop: asyncio.Event, result: RoundResult) -> None:
+    """The delay split by direction, on the clock client and server share (one machine): every 250 ms
+    a ping on the status page's socket (/ws/ping/) that the server stamps with its wall clock on
+    arrival. Inbound is the path a chat ask takes (the server's event loop included); outbound comes
+    back through the channel layer (Redis), a hop a token frame does not take."""
+    url = web.replace("http://", "ws://").replace("https://", "wss://") + "/ws/ping/"
+    headers = {"Cookie": person.cookie}
+    try:
+        async with websockets.connect(url, origin=site_origin(web), additional_headers=headers) as socket:
+            while not stop.is_set():
+                await socket.send(json.dumps({"type": "ping", "sent": time.time()}))
+                frame = json.loads(await socket.recv())
+                arrived = time.time()
+                if frame.get("type") == "pong":
+                    result.ping_in_ms.append(round((frame["server_received"] - frame["sent"]) * 1000, 1))
+                    result.ping_out_ms.append(round((arrived - frame["server_received"]) * 1000, 1))
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), PING_EVERY_S)
+    except (OSError, WebSocketException, ValueError, KeyError) as exc:
+        result.socket_errors.append(f"ping socket: {type(exc).__name__}: {exc}")
+
+
 async def round_run(
     web: str, cast: Cast, plan: LoadPlan, round_no: int, questions: list[str], paths: tuple[list[str], list[str]]
 ) -> RoundResult:
@@ -191,6 +229,10 @@ async def round_run(
     sockets = [
         asyncio.create_task(_socket(web, cast, n, round_no, plan, questions, result)) for n in range(plan.sockets)
     ]
+    probes = [
+        asyncio.create_task(_loop_lag(stop, result)),
+        asyncio.create_task(_pinger(web, cast.browsers[0], stop, result)),
+    ]
     try:
         async with asyncio.timeout(plan.round_limit_s):
             await asyncio.gather(*sockets)
@@ -201,6 +243,6 @@ async def round_run(
             task.cancel()
         await asyncio.gather(*sockets, return_exceptions=True)
         stop.set()
-        await asyncio.gather(*browsers, return_exceptions=True)
+        await asyncio.gather(*browsers, *probes, return_exceptions=True)
     result.seconds = round(time.perf_counter() - began, 1)
     return result

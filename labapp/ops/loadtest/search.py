@@ -1,0 +1,80 @@
+"""The first question at size, asked while the load runs (issue 15, item 7).
+
+Before the rounds, a synthetic collection of ``plan.first_question_chunks`` chunks is
+filled (kept for the next run) and its lexical index built and saved, as the indexing
+worker does after a change (``bench_retrieval_scale``'s collections, shared with
+``make perf``). During the last round, a few seconds in, a thread of this process asks a
+question as a web process that has not searched that collection yet: it opens the saved
+index instead of building one. What it takes is the "first question at 100k chunks"
+figure under load, with the engine, the sockets and the browsers on the same cores.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class FirstQuestion:
+    chunks: int
+    question: str
+    delay_s: float = 3.0
+    prepared: dict[str, Any] = field(default_factory=dict)
+    seconds: float | None = None
+    error: str = ""
+    under_load: bool | None = None  # answered while the last round was still running
+    round_over: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+    _database: dict[str, Any] = field(default_factory=dict)
+
+    def prepare(self) -> None:
+        from bench.management.commands.bench_retrieval_scale import prepare
+
+        try:
+            self.prepared = prepare(self.chunks)
+        except Exception as exc:  # reported by name; the rest of the load run goes on
+            self.error = f"preparing {self.chunks} chunks: {type(exc).__name__}: {exc}"
+
+    def start(self) -> None:
+        """Ask the question ``delay_s`` from now, on a thread of its own (the round runs its event loop here)."""
+        from django.db import connections
+
+        if self.error or not self.prepared:
+            return
+        # The thread reads the database the caller reads (the lexical index's stamp): the same settings,
+        # unless a test pointed this thread's connection at the file the web server uses.
+        self._database = dict(connections["default"].settings_dict)
+        self._thread = threading.Thread(target=self._ask, name="load-first-question", daemon=True)
+        self._thread.start()
+
+    def _ask(self) -> None:
+        from django.db import connections
+
+        from bench.management.commands.bench_retrieval_scale import first_question
+
+        connections["default"] = connections["default"].__class__(self._database, alias="default")
+        time.sleep(self.delay_s)
+        try:
+            self.seconds = round(first_question(self.prepared["collection"], self.question), 2)
+            self.under_load = not self.round_over.is_set()
+        except Exception as exc:
+            self.error = f"first question at {self.chunks} chunks: {type(exc).__name__}: {exc}"
+        finally:
+            connections.close_all()  # this thread's own database connection
+
+    def report(self, timeout_s: float = 120.0) -> dict[str, Any]:
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            if self._thread.is_alive():
+                self.error = f"first question at {self.chunks} chunks: no answer within {timeout_s:g} s"
+        return {
+            "chunks": self.chunks,
+            "seconds": self.seconds,
+            "fill_s": self.prepared.get("fill_s"),
+            "lexical_build_s": self.prepared.get("lexical_build_s"),
+            "under_load": self.under_load,
+            "error": self.error,
+        }

@@ -1,0 +1,118 @@
+"""The load run's report on scripted rounds, and its first question at size (labapp/ops/loadtest/)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from labapp.ops import loadtest
+from labapp.ops.loadtest.cast import Cast, Person
+from labapp.ops.loadtest.plan import AskResult, LoadPlan, RoundResult
+from labapp.ops.loadtest.report import report_build
+from labapp.ops.loadtest.search import FirstQuestion
+
+PLAN = LoadPlan(sockets=2, tab_pairs=0, browsers=1)
+
+
+def _line(text: str, what: str) -> str:
+    """The value printed beside ``what`` (the table pads its first column)."""
+    found = [line[len(what) :].strip() for line in text.splitlines() if line.startswith(what)]
+    assert len(found) == 1, text
+    return found[0]
+
+
+def _report(first: dict[str, Any] | None, jobs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    people = [Person(1, "a", "c"), Person(2, "b", "c")]
+    cast = Cast(run="r1", classroom_id=1, chatters=people, socket_owner=[0, 1], browsers=[Person(3, "i", "c", True)])
+    ask = AskResult(socket=0, client_id="x", marker="m", status="done", tokens=4, ttft_ms=90.0, first_delay_ms=3.0)
+    rounds = [
+        RoundResult(asks=[ask], pages=[("/labs/1/", 200, 50.0), ("/classes/1/results/", 200, 80.0)], seconds=4.0)
+    ] * 2
+    rss: dict[str, list[float | None]] = {"web": [100.0, 110.0, 111.0]}
+    jobs = [JOB] * 2 if jobs is None else jobs
+    return report_build(PLAN, cast, rounds, rss, jobs, {"asked": 2, "saved": 2, "problems": []}, first)
+
+
+JOB = {"status": "done", "requests": "8/8", "seconds": 3.0, "error": ""}
+FIRST = {"chunks": 100000, "seconds": 0.41, "fill_s": 0.0, "lexical_build_s": 0.02, "under_load": True, "error": ""}
+
+
+def test_the_table_prints_the_first_question_at_size_and_when_it_was_asked() -> None:
+    report = _report(FIRST)
+    text = loadtest.table(report)
+    first = _line(text, "a new process's first question at 100000 chunks, s")
+    assert first == "0.41 during the last round (its lexical index made current before the rounds: 0.02 s)"
+    assert _line(text, "  gradebook / lab page, p50 and p95") == "1.60 / 1.60"
+    assert loadtest.failures(report) == []
+    late = loadtest.table(_report(FIRST | {"under_load": False}))
+    assert _line(late, "a new process's first question").endswith(
+        "0.41 after the last round, which ended first (its lexical index made current before the rounds: 0.02 s)"
+    )
+
+
+def test_a_first_question_that_failed_fails_the_run_by_name() -> None:
+    report = _report(FIRST | {"seconds": None, "error": "first question at 100000 chunks: ConnectionError: chroma"})
+    assert "failed: first question at 100000 chunks: ConnectionError: chroma" in loadtest.table(report)
+    assert loadtest.failures(report) == ["first question: first question at 100000 chunks: ConnectionError: chroma"]
+    assert _line(loadtest.table(_report(None)), "a new process's first question at size") == "not asked"
+
+
+def test_the_first_question_is_asked_on_its_own_thread_and_knows_whether_the_round_was_still_running(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from bench.management.commands import bench_retrieval_scale
+
+    asked: list[tuple[str, str, str]] = []
+    monkeypatch.setattr(bench_retrieval_scale, "prepare", lambda n: {"collection": f"perf-scale-{n}", "fill_s": 0.0})
+
+    def first_question(name: str, question: str) -> float:
+        asked.append((name, question, threading.current_thread().name))
+        return 0.123
+
+    monkeypatch.setattr(bench_retrieval_scale, "first_question", first_question)
+    first = FirstQuestion(500, "질문", delay_s=0.0)
+    first.prepare()
+    first.start()
+    result = first.report()
+    assert asked == [("perf-scale-500", "질문", "load-first-question")]
+    assert result["seconds"] == 0.12 and result["under_load"] is True and result["error"] == ""
+
+    over = FirstQuestion(500, "질문", delay_s=0.2)
+    over.prepare()
+    over.start()
+    over.round_over.set()
+    assert over.report()["under_load"] is False
+
+
+def test_a_collection_that_cannot_be_prepared_is_reported_and_nothing_is_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    from bench.management.commands import bench_retrieval_scale
+
+    def prepare(_n: int) -> dict[str, Any]:
+        raise ConnectionError("chroma at 127.0.0.1:9 refused")
+
+    monkeypatch.setattr(bench_retrieval_scale, "prepare", prepare)
+    monkeypatch.setattr(bench_retrieval_scale, "first_question", lambda *_a: pytest.fail("asked anyway"))
+    first = FirstQuestion(500, "질문", delay_s=0.0)
+    first.prepare()
+    first.start()
+    assert first.report()["error"] == "preparing 500 chunks: ConnectionError: chroma at 127.0.0.1:9 refused"
+
+
+def test_a_negative_first_question_size_is_refused_with_a_message() -> None:
+    with pytest.raises(CommandError, match="cannot be negative"):
+        call_command("load_test", "--first-question-chunks", "-1")
+    assert loadtest.FULL.first_question_chunks == 100_000
+
+
+def test_each_round_has_its_job_and_one_not_done_fails_the_run() -> None:
+    report = _report(FIRST)
+    assert _line(loadtest.table(report), "benchmark job, one per round") == (
+        "done (8/8 requests, 3.0 s); done (8/8 requests, 3.0 s)"
+    )
+    late = JOB | {"status": "running", "requests": "5/8", "seconds": None}
+    report = _report(FIRST, [JOB, late])
+    assert report["job"] == late and loadtest.failures(report) == [f"benchmark job: {late}"]
