@@ -31,6 +31,11 @@ def site_origin(web: str) -> Origin:
     return Origin(f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}")
 
 
+def socket_url(web: str, path: str) -> str:
+    """The websocket address of ``path`` on ``web`` (ws:// for http://, wss:// for https://)."""
+    return web.replace("http://", "ws://").replace("https://", "wss://") + path
+
+
 def _question(questions: list[str], n: int, marker: str) -> str:
     return f"{questions[n % len(questions)]} ({marker})"
 
@@ -103,7 +108,7 @@ async def _socket(
 ) -> None:
     """One tab: asks its questions one after the other and checks every frame it receives."""
     chatter = cast.chatters[cast.socket_owner[number]]
-    url = web.replace("http://", "ws://").replace("https://", "wss://") + "/ws/chat/"
+    url = socket_url(web, "/ws/chat/")
     origin = site_origin(web)
     ids = [f"s{number}r{round_no}a{n}" for n in range(plan.asks)]
     mine = [AskResult(number, client_id, f"{cast.marker}-{client_id}") for client_id in ids]
@@ -195,7 +200,7 @@ async def _pinger(web: str, person: Person, stop: asyncio.Event, result: RoundRe
     a ping on the status page's socket (/ws/ping/) that the server stamps with its wall clock on
     arrival. Inbound is the path a chat ask takes (the server's event loop included); outbound comes
     back through the channel layer (Redis), a hop a token frame does not take."""
-    url = web.replace("http://", "ws://").replace("https://", "wss://") + "/ws/ping/"
+    url = socket_url(web, "/ws/ping/")
     headers = {"Cookie": person.cookie}
     try:
         async with websockets.connect(url, origin=site_origin(web), additional_headers=headers) as socket:
