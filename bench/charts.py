@@ -75,7 +75,7 @@ def bars(
     return done(fig)
 
 
-# The phases by their METRICS.md names; the legend shows them in the reader's language.
+# The phases by their docs/metrics.md names; the legend shows them in the reader's language.
 PHASES = ("client queue", "server queue", "prefill", "decode")
 PHASE_LABELS = {
     "client queue": gettext_lazy("클라이언트 대기"),

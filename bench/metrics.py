@@ -1,4 +1,4 @@
-"""Run aggregates of the measurement contract (shared/METRICS.md, "Per run"), as pure code.
+"""Run aggregates of the measurement contract (docs/metrics.md, "Per run (aggregates)"), as pure code.
 
 Per-request records and chunk folding are ``rag.vllm.records`` (the vLLM boundary);
 this module summarises a list of them: throughput, goodput, percentiles.
@@ -12,7 +12,7 @@ from typing import Any
 
 from rag.vllm.records import RequestRecord
 
-# --- per run (aggregates), METRICS.md "Per run" ----------------------------------------
+# --- per run (aggregates), docs/metrics.md ---------------------------------------------
 
 DEFAULT_PERCENTILES = (50.0, 90.0, 95.0, 99.0)
 
@@ -95,7 +95,7 @@ def summarize(
     slo: SLO | None = None,
     peak_in_flight: int | None = None,
 ) -> dict[str, Any]:
-    """The run's aggregates over its successful requests (METRICS.md), keyed like vllm bench serve.
+    """The run's aggregates over its successful requests (docs/metrics.md), keyed like vllm bench serve.
 
     ``peak_in_flight`` is what the runner saw at once (None where nobody counted).
     """

@@ -1,6 +1,6 @@
 """The load generator: streams requests to an OpenAI-compatible server under a load shape.
 
-Two shapes, as in METRICS.md: a fixed concurrency (a semaphore), or a request rate
+Two shapes, as in docs/metrics.md: a fixed concurrency (a semaphore), or a request rate
 with gamma-distributed gaps (``burstiness`` 1 = Poisson), seeded so a run can be
 repeated. Each request is streamed and measured by the vLLM boundary
 (``rag.vllm.client.stream_request``) into a RequestRecord; this module only decides

@@ -24,13 +24,13 @@ def share(flags: list[bool]) -> float | None:
 
 
 def request_row(record: RequestRecord) -> dict[str, Any]:
-    """A request as a job stores it: every METRICS.md field, the gaps (ITL) but not each chunk's clock."""
+    """A request as a job stores it: every docs/metrics.md field, the gaps (ITL) but not each chunk's clock."""
     return record.as_dict() | {"text_chunk_at": None}
 
 
 def cell_summary(records: list[RequestRecord], **fields: Any) -> dict[str, Any]:
     """One cell: ``fields`` (what the cell is, e.g. its shape), the medians over its successful
-    requests (times in ms, speeds in tokens/s per METRICS.md; None when none succeeded),
+    requests (times in ms, speeds in tokens/s per docs/metrics.md; None when none succeeded),
     its errors and its requests (CSV-ready rows)."""
     ok = [r for r in records if r.success]
 

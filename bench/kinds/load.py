@@ -234,7 +234,7 @@ LEVEL_KEYS = (
 
 
 def level_cell(config: LoadConfig, level: float, run: runner.RunResult, server: dict[str, Any]) -> dict[str, Any]:
-    """One level's aggregates (METRICS.md, "Per run") with its requests and whether it meets the SLO."""
+    """One level's aggregates (docs/metrics.md, "Per run (aggregates)"), its requests and whether it meets the SLO."""
     slo = SLO(ttft_ms=config.slo_ttft_ms, tpot_ms=config.slo_tpot_ms)
     summary = summarize(run.records, duration=run.duration, slo=slo, peak_in_flight=run.max_concurrent)
     cell = (

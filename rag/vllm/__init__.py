@@ -5,7 +5,7 @@
   ``RequestSpec``, streamed and measured; ``stream_completion``/``stream_chat`` beneath it),
   tokenize, model listing, engine info, prefix-cache reset;
 - ``records``: one request as measured (``RequestRecord``) and how a streamed chunk
-  folds into it (shared/METRICS.md, "Per request");
+  folds into it (docs/metrics.md, "Per request");
 - ``server_metrics``: the engine's Prometheus ``/metrics``, snapshots and deltas.
 
 Nothing here imports ``bench``: run aggregates (``bench.metrics``) sit above it.

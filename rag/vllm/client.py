@@ -323,7 +323,7 @@ def model_name() -> str:
 
 
 def _streaming(model: str | None, max_tokens: int, temperature: float) -> dict[str, Any]:
-    """What every streamed request carries: usage on every chunk, per METRICS.md."""
+    """What every streamed request carries: usage on every chunk, per docs/metrics.md."""
     return {
         "model": model or model_name(),
         "max_tokens": max_tokens,

@@ -1,4 +1,4 @@
-"""One request as measured (shared/METRICS.md, "Per request"), as pure code.
+"""One request as measured (docs/metrics.md, "Per request"), as pure code.
 
 Every per-request number the lab shows is derived here from timestamps and the
 server's ``usage``; nothing in this module does I/O or reads a clock, so the timing
@@ -30,7 +30,7 @@ class RequestRecord:
     t_scheduled: float | None = None  # load generator: when the request was due to be sent
     t_end: float | None = None  # when the request finished, successfully or not
 
-    # --- derived, per METRICS.md -------------------------------------------------
+    # --- derived, per docs/metrics.md ("Per request") ------------------------------------
     @property
     def ttft(self) -> float | None:
         return self.text_chunk_at[0] - self.t_send if self.text_chunk_at else None

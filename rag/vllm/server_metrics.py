@@ -2,7 +2,7 @@
 
 Parsed with ``prometheus_client``'s text parser (the format's own project); series of
 one name are summed over their labels (model, engine index). Histograms give
-``_sum``/``_count``, counters ``_total`` (METRICS.md, "Server-side counters").
+``_sum``/``_count``, counters ``_total`` (docs/metrics.md, "The engine's own counters").
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ HISTOGRAMS = (
 COUNTERS = ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits")
 GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
 
-# The engine timeline: one column per series, one row per sample (METRICS.md, "Engine timeline").
+# The engine timeline: one column per series, one row per sample (docs/metrics.md, "Engine timeline").
 # Gauges are as sampled; counters are cumulative since the engine started (the chart takes differences).
 TIMELINE_SERIES = {
     "running": "vllm:num_requests_running",

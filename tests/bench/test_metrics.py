@@ -1,4 +1,4 @@
-"""The per-request timing math of METRICS.md, on scripted streams and clocks."""
+"""The per-request timing math of docs/metrics.md, on scripted streams and clocks."""
 
 from __future__ import annotations
 

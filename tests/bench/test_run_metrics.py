@@ -1,4 +1,4 @@
-"""Run aggregates (METRICS.md "Per run") against values computed by hand."""
+"""Run aggregates (docs/metrics.md, "Per run (aggregates)") against values computed by hand."""
 
 from __future__ import annotations
 
