@@ -1,8 +1,9 @@
 """Typed readers for the environment variables the lab understands.
 
 Every variable the project reads is declared once in ``VARIABLES`` so that the
-README's configuration table, the docker compose file and the settings module can
-be checked against one list (see tests/ops/test_docker_compose.py).  A bad value stops
+configuration table of docs/operations.md (tests/test_docs.py), the docker compose file
+(tests/ops/test_docker_compose.py) and the settings module can be checked against one
+list.  A bad value stops
 start-up with an ``ImproperlyConfigured`` error that names the variable.
 """
 

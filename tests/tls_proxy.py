@@ -3,7 +3,7 @@
 The browser talks https (a self-signed certificate for 127.0.0.1; the test's browser
 context ignores that it is self-signed) to the proxy, which passes each request on to the
 plain-http backend with ``X-Forwarded-Proto: https`` and ``X-Forwarded-For``, replacing
-whatever the client sent in those headers, as README's Classroom section asks of a proxy.
+whatever the client sent in those headers, as docs/operations.md asks of a proxy.
 Django trusts the header through ``SECURE_PROXY_SSL_HEADER`` (labapp/settings.py), so the
 site runs with its real class-mode settings: secure cookies, the https redirect, HSTS.
 

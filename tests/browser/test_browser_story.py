@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts" / "story"
 PASSWORD = "a-long-story-passphrase-7"  # noqa: S105 - a throwaway account in the test database
 PAGE = {"viewport": {"width": 1400, "height": 1000}, "ignore_https_errors": True}  # the proxy's own certificate
-# The first instructor is made by an admin, as README's Classroom says: the admin (here: the
+# The first instructor is made by an admin, as docs/instructors.md says: the admin (here: the
 # shell) makes a class and makes the teacher, a plain account (not staff), its instructor,
 # as a class's memberships in /admin/ do. Teaching a class, the teacher may create the
 # story's class themselves.
@@ -59,7 +59,7 @@ def class_site(full_stack: str, chapter_indexed: None, tmp_path_factory: pytest.
     collectstatic). The browser reaches it as a class reaches a class server, over https
     through a TLS-terminating proxy (tests/tls_proxy.py) that sets X-Forwarded-Proto, which
     Django trusts through SECURE_PROXY_SSL_HEADER; CSRF_TRUSTED_ORIGINS names the proxy's
-    origin as README's Configuration says for a proxy (the websockets check it too).
+    origin as docs/operations.md says for a proxy (the websockets check it too).
     """
     port = free_port()
     certificate = self_signed(tmp_path_factory.mktemp("tls"))
