@@ -99,12 +99,6 @@ def test_helpers_parse_and_reject(monkeypatch: pytest.MonkeyPatch) -> None:
         env.env_str("NOT_DECLARED")
 
 
-def test_every_variable_is_documented_in_the_readme() -> None:
-    readme = (ROOT / "README.md").read_text()
-    missing = [name for name in env.VARIABLES if f"`{name}`" not in readme]
-    assert not missing, f"README's configuration table lacks {missing}"
-
-
 def test_the_sqlite_database_keeps_a_write_ahead_log(tmp_path: Path) -> None:
     """Readers never wait for a writer and a commit is one append (see labapp.settings._database)."""
     database = tmp_path / "lab.sqlite3"
