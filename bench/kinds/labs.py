@@ -53,6 +53,16 @@ class Target:
     high: float = 1e9
 
 
+@dataclass(frozen=True)
+class KeyNumber:
+    """One of a lab's key numbers: stored under ``key`` (stable English: hand-ins and CSV columns keep
+    it), read at the dotted ``path`` in a run's results, shown as ``label`` in the reader's language."""
+
+    key: str
+    path: str
+    label: Text
+
+
 def _nothing_missing(config: Any, results: Results) -> list[str]:
     return []
 
@@ -66,7 +76,7 @@ class Lab:
     - ``checks(results)`` are the lab's own checks. ``missing(config, results)`` names what a run
       lacks of its minimum settings, which ``minimums`` says in words; ``all_checks`` adds the two
       every lab has (the settings meet the minimums; no other traffic ran while a cell was measured).
-    - ``keys``: (stable English key, dotted path into the results) of the key numbers.
+    - ``keys``: its key numbers (``KeyNumber``: stored key, path into the results, label).
     - ``target``: the number the learner predicts before a run.
     - ``engine_panels``: the engine timeline's panels under its requests (``bench.charts.ENGINE_PANELS``);
       ``notice``: a template shown above the run button (e.g. the base model's notice where the
@@ -81,7 +91,7 @@ class Lab:
     title: Text
     checks: Callable[[Results], list[Check]]
     target: Target
-    keys: tuple[tuple[str, str], ...] = ()
+    keys: tuple[KeyNumber, ...] = ()
     missing: Callable[[Any, Results], list[str]] = _nothing_missing
     minimums: Text = ""
     config: dict[str, Any] = field(default_factory=dict, hash=False)
@@ -90,11 +100,16 @@ class Lab:
     request_shapes: Callable[[Any], Shapes] | None = None
     speeds: bool = False
 
+    @property
+    def paths(self) -> tuple[tuple[str, str], ...]:
+        """(stored key, dotted path into the results) of each key number."""
+        return tuple((number.key, number.path) for number in self.keys)
+
     def key_numbers(self, results: Results) -> dict[str, Any]:
-        return key_numbers(results, self.keys)
+        return key_numbers(results, self.paths)
 
     def key_intervals(self, results: Results) -> dict[str, list[float]]:
-        return key_intervals(results, self.keys)
+        return key_intervals(results, self.paths)
 
     def lacking(self, results: Results, config: Any | None) -> list[str]:
         """What the run lacks of the minimums; a config that no longer reads (None) lacks readable settings."""

@@ -19,7 +19,7 @@ from bench import charts, configs, runner, sanity
 from bench.kinds import rag_work, registry
 from bench.kinds.cells import intervals, request_row, watched_cell
 from bench.kinds.checks import Check, all_ok, done_cells, noise_advice
-from bench.kinds.labs import Lab, Target, measured_at
+from bench.kinds.labs import KeyNumber, Lab, Target, measured_at
 from bench.kinds.registry import Field, Runs
 from bench.kinds.session import CLIENT_TIMEOUT_S, keeps_partial, warm_up
 from bench.metrics import SLO, summarize
@@ -533,7 +533,10 @@ LAB = Lab(
     slug="lab3-load",
     title=gettext_lazy("실습 3 — 부하 아래의 서빙"),
     checks=checks,
-    keys=(("best level", "best_level"), ("peak tok/s", "peak_output_throughput")),
+    keys=(
+        KeyNumber("best level", "best_level", gettext_lazy("가장 좋은 수준")),
+        KeyNumber("peak tok/s", "peak_output_throughput", gettext_lazy("최대 처리량 (tok/s)")),
+    ),
     missing=missing,
     minimums=MINIMUMS,
     target=Target(peak_what, "tok/s", measured_at("peak_output_throughput")),

@@ -18,7 +18,7 @@ from bench import charts, runner, stats
 from bench.kinds import rag_work, registry, speed
 from bench.kinds.cells import cell_summary, watched_cell
 from bench.kinds.checks import Check, all_ok, done_cells, noise_advice
-from bench.kinds.labs import Lab, Target, measured_at
+from bench.kinds.labs import KeyNumber, Lab, Target, measured_at
 from bench.kinds.registry import Field, Runs
 from bench.kinds.session import CLIENT_TIMEOUT_S, Session, keeps_partial, warm_up
 from bench.reporting import Reporter
@@ -221,7 +221,10 @@ LAB = Lab(
     slug="lab5-prefix-caching",
     title=gettext_lazy("실습 5 — 프리픽스 캐싱"),
     checks=checks,
-    keys=(("warm speed-up", "warm_speedup"), ("cache reset", "cache_reset")),
+    keys=(
+        KeyNumber("warm speed-up", "warm_speedup", gettext_lazy("캐시 적중 시 빨라진 배수")),
+        KeyNumber("cache reset", "cache_reset", gettext_lazy("캐시 초기화")),
+    ),
     missing=missing,
     minimums=MINIMUMS,
     target=Target(speedup_what, "×", measured_at("warm_speedup")),

@@ -269,5 +269,15 @@ def labs() -> list[tuple[JobKind, Lab]]:
     return [(kind, kind.lab) for kind in all_kinds() if kind.lab is not None]
 
 
+def key_label(key: str) -> str:
+    """What a reader sees for a stored key number: its label in the lab that declares it (the key itself
+    when no registered lab does, e.g. a hand-in kept from a lab since changed)."""
+    for _kind, lab in labs():
+        for number in lab.keys:
+            if number.key == key:
+                return str(number.label)
+    return key
+
+
 def choices() -> list[tuple[str, Text]]:
     return [(kind.name, kind.label) for kind in all_kinds()]

@@ -30,7 +30,7 @@ from bench.kinds.cells import (
     watched_cell,
 )
 from bench.kinds.checks import Check, all_ok, done_cells, noise_advice
-from bench.kinds.labs import Estimate, Lab, Target, finite, shown
+from bench.kinds.labs import Estimate, KeyNumber, Lab, Target, finite, shown
 from bench.kinds.registry import Field, Runs
 from bench.kinds.session import CLIENT_TIMEOUT_S, Session, keeps_partial, warm_up
 from bench.reporting import Reporter
@@ -408,7 +408,10 @@ LAB = Lab(
     slug="lab4-rag-retrieval",
     title=gettext_lazy("실습 4 — 검색 크기와 지연"),
     checks=checks,
-    keys=(("ms/token (500)", "fits.500.slope"), ("ms/token (1000)", "fits.1000.slope")),
+    keys=(
+        KeyNumber("ms/token (500)", "fits.500.slope", gettext_lazy("토큰당 TTFT 증가 ms (500자 청크)")),
+        KeyNumber("ms/token (1000)", "fits.1000.slope", gettext_lazy("토큰당 TTFT 증가 ms (1000자 청크)")),
+    ),
     missing=missing,
     minimums=MINIMUMS,
     target=Target(largest_what, "ms", largest_measured, largest_estimate),

@@ -20,7 +20,7 @@ from bench import charts, configs, runner, stats
 from bench.kinds import rag_work, registry, speed
 from bench.kinds.cells import cell_summary, median, watched_cell
 from bench.kinds.checks import Check, all_ok, done_cells, not_applicable
-from bench.kinds.labs import Estimate, Lab, Target, measured_at, shown
+from bench.kinds.labs import Estimate, KeyNumber, Lab, Target, measured_at, shown
 from bench.kinds.registry import Field, Runs
 from bench.kinds.session import CLIENT_TIMEOUT_S, Session, keeps_partial, warm_up
 from bench.reporting import Reporter
@@ -347,7 +347,7 @@ LAB = Lab(
     slug="lab6-short-answers",
     title=gettext_lazy("실습 6 — 짧게 답하게 하기"),
     checks=checks,
-    keys=(("time saved %", "time_saved_pct"),),
+    keys=(KeyNumber("time saved %", "time_saved_pct", gettext_lazy("줄어든 시간 (%)")),),
     missing=missing,
     minimums=MINIMUMS,
     target=Target(saved_what, "%", measured_at("time_saved_pct"), saved_estimate, low=-100, high=100),

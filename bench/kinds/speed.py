@@ -17,7 +17,7 @@ from bench import charts
 from bench.kinds import registry
 from bench.kinds.cells import number
 from bench.kinds.checks import Check, all_ok, noise_advice
-from bench.kinds.labs import Estimate, Lab, Target, measured_at, shown
+from bench.kinds.labs import Estimate, KeyNumber, Lab, Target, measured_at, shown
 from bench.kinds.registry import Field, Runs
 from bench.kinds.session import Shape, measure_shapes
 from bench.reporting import Reporter
@@ -246,15 +246,17 @@ def request_shapes(config: SpeedConfig) -> list[tuple[int, int]]:
     return [(int(i), int(o)) for i, o in (*config.shapes, config.check)] * int(config.repeats)
 
 
+PREFILL = KeyNumber("prefill tok/s", "prefill_speed", gettext_lazy("프리필 속도 (tok/s)"))  # Lab 2's as well
+
 LAB = Lab(
     number=1,
     slug="lab1-speed",
     title=gettext_lazy("실습 1 — 프리필·디코드 속도 재기"),
     checks=checks,
     keys=(
-        ("prefill tok/s", "prefill_speed"),
-        ("decode tok/s", "decode_speed"),
-        ("estimate error %", "check.error_pct"),
+        PREFILL,
+        KeyNumber("decode tok/s", "decode_speed", gettext_lazy("디코드 속도 (tok/s)")),
+        KeyNumber("estimate error %", "check.error_pct", gettext_lazy("추정 오차 (%)")),
     ),
     missing=missing,
     minimums=MINIMUMS,

@@ -6,6 +6,7 @@ decode time against output tokens - 1 (slope = TPOT).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +16,7 @@ from django.utils.translation import gettext_lazy
 from bench.kinds import registry, speed
 from bench.kinds.cells import farthest_point, line_fit, step_ms, trend
 from bench.kinds.checks import Check, all_ok, done_cells, noise_advice
-from bench.kinds.labs import Estimate, Lab, Target, measured_at, shown
+from bench.kinds.labs import Estimate, KeyNumber, Lab, Target, measured_at, shown
 from bench.kinds.registry import Field
 from bench.kinds.session import Shape, measure_shapes
 from bench.reporting import Reporter
@@ -224,9 +225,9 @@ LAB = Lab(
     title=gettext_lazy("실습 2 — 길이 스윕"),
     checks=checks,
     keys=(
-        ("prefill tok/s", "fits.prefill_speed"),
-        ("TPOT ms", "fits.tpot_ms"),
-        ("TTFT r²", "fits.ttft_vs_input.r2"),
+        dataclasses.replace(speed.PREFILL, path="fits.prefill_speed"),
+        KeyNumber("TPOT ms", "fits.tpot_ms", gettext_lazy("TPOT (ms)")),
+        KeyNumber("TTFT r²", "fits.ttft_vs_input.r2", gettext_lazy("TTFT 직선 r²")),
     ),
     missing=missing,
     minimums=MINIMUMS,

@@ -83,8 +83,8 @@ class Lab:
 
     @property
     def keys(self) -> tuple[tuple[str, str], ...]:
-        """(label, dotted path into the job's results) of the key numbers."""
-        return self.declared.keys
+        """(stored key, dotted path into the job's results) of the key numbers."""
+        return self.declared.paths
 
     @property
     def minimums(self) -> Any:

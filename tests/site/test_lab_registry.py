@@ -16,7 +16,7 @@ from django.utils.translation import gettext_lazy
 from bench import engines, scripted_server, services
 from bench.kinds import registry
 from bench.kinds.checks import Check
-from bench.kinds.labs import Estimate, Lab, Target, measured_at
+from bench.kinds.labs import Estimate, KeyNumber, Lab, Target, measured_at
 from bench.models import BenchJob
 from bench.reporting import Reporter
 from labapp.labs import predict
@@ -70,7 +70,7 @@ ECHO = registry.JobKind(
         slug="lab97-echo",
         title=gettext_lazy("Lab 97 — echoes"),
         checks=_echo_checks,
-        keys=(("echo ms", "echo_ms"),),
+        keys=(KeyNumber("echo ms", "echo_ms", "echoes (ms)"),),
         missing=lambda config, results: [] if config.echoes >= 2 else ["two echoes or more"],
         minimums="two echoes or more",
         target=Target(
@@ -152,7 +152,7 @@ def test_a_lab_declared_with_its_kind_runs_with_a_prediction_is_checked_and_hand
     ]
     assert state.status == Status.PASSED and state.key_numbers == {"echo ms": 120.0}
     page = client.get(f"/labs/{NUMBER}/").content.decode()
-    assert "every echo heard" in page and 'data-predicted="100.0"' in page
+    assert "every echo heard" in page and 'data-predicted="100.0"' in page and "echoes (ms): <b>120" in page
 
     assert client.post(f"/labs/{NUMBER}/submit/", {"reflection": "an echo takes 40 ms"}).status_code == 302
     handed = LabSubmission.objects.get(user=user, lab=NUMBER)
