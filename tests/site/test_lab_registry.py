@@ -20,8 +20,10 @@ from bench.kinds.labs import Estimate, KeyNumber, Lab, Target, measured_at
 from bench.models import BenchJob
 from bench.reporting import Reporter
 from labapp.labs import predict
+from labapp.labs import selectors as lab_selectors
 from labapp.labs.catalog import LABS, Status, state_for
 from labapp.models import LabSubmission
+from rag.chat import Speeds
 
 NUMBER = 97
 
@@ -106,7 +108,7 @@ def learner(db: None, settings: Any, monkeypatch: pytest.MonkeyPatch) -> Iterato
 def test_a_lab_declared_with_its_kind_is_in_the_catalog_after_the_built_in_labs(
     echo_lab: registry.JobKind, learner: tuple[User, Client]
 ) -> None:
-    _user, client = learner
+    user, client = learner
     assert list(LABS) == [1, 2, 3, 4, 5, 6, NUMBER]
     lab = LABS[NUMBER]
     assert (lab.slug, str(lab.title), lab.job_kind, lab.config) == (
@@ -124,6 +126,10 @@ def test_a_lab_declared_with_its_kind_is_in_the_catalog_after_the_built_in_labs(
     assert "the time of 3 echoes" in html and "echo (a test&#x27;s kind)" in html  # the target on its run settings
     assert "3 × 1000 ÷ 50 = 60 ms" in html  # no speeds yet: the chapter's example speeds in its formula
     assert 'id="model-notice"' not in html
+    # No run yet: its time is the estimator's over the request shapes its declaration gives.
+    speeds = Speeds(prefill=1000.0, decode=50.0, basis="", samples=1)
+    before = lab_selectors.run_time(user, NUMBER, "http://e", speeds, lab.run_settings())
+    assert before.seconds is not None and "(요청 3개)" in before.basis
 
 
 def test_a_lab_declared_with_its_kind_runs_with_a_prediction_is_checked_and_handed_in(
