@@ -10,11 +10,11 @@ from django.db.models import F
 from django.utils.translation import gettext as _
 
 from bench import engines
+from bench.kinds import registry
 from bench.models import BenchJob
 from rag.chat import Engine, Speeds
 from rag.vllm import client as vllm_client
 
-SPEEDS_LAB = 1  # the lab whose runs measure a learner's prefill and decode speeds
 PROBES_LOOKED_AT = 20  # how far back a finished run without both speeds is skipped
 
 
@@ -24,13 +24,22 @@ def _same_engine(url: str) -> list[str]:
     return [bare, bare + "/"]
 
 
+def speeds_lab() -> int | None:
+    """The lab whose runs measure a learner's prefill and decode speeds (its declaration says ``speeds``)."""
+    return next((lab.number for _kind, lab in registry.labs() if lab.speeds), None)
+
+
 def speed_probe_speeds(user: AbstractBaseUser, engine_url: str) -> Speeds | None:
-    """The prefill and decode speeds of the learner's latest finished Lab 1 run on ``engine_url`` that
-    measured both (None: none yet there). Only runs made for Lab 1 count (``BenchJob.lab``), never a
-    /bench/ job or a chat answer; another engine's speeds would estimate this one's times wrongly."""
+    """The prefill and decode speeds of the learner's latest finished run of the speeds lab (Lab 1) on
+    ``engine_url`` that measured both (None: none yet there). Only runs made for that lab count
+    (``BenchJob.lab``), never a /bench/ job or a chat answer; another engine's speeds would estimate
+    this one's times wrongly."""
+    number = speeds_lab()
+    if number is None:
+        return None
     probes = (
         BenchJob.objects.filter(
-            owner_id=user.pk, lab=SPEEDS_LAB, status=BenchJob.Status.DONE, engine_url__in=_same_engine(engine_url)
+            owner_id=user.pk, lab=number, status=BenchJob.Status.DONE, engine_url__in=_same_engine(engine_url)
         )
         .order_by(F("finished_at").desc(nulls_last=True), "-pk")
         .values("pk", "results")[:PROBES_LOOKED_AT]

@@ -11,9 +11,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from django.utils.functional import Promise
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
 
 Results = dict[str, Any]
 
@@ -163,26 +161,3 @@ def key_intervals(results: Results, keys: Iterable[tuple[str, str]]) -> dict[str
     """{label: the 95 % interval stored beside its key number (``<path>_ci``)} for the key numbers that have one."""
     found = key_numbers(results, [(label, f"{path}_ci") for label, path in keys])
     return {label: value for label, value in found.items() if isinstance(value, list) and len(value) == 2}
-
-
-# A key number is stored under a stable English key (hand-ins and CSV columns keep it);
-# its label is what a reader sees, in the reader's language.
-KEY_LABELS: dict[str, str | Promise] = {
-    "prefill tok/s": gettext_lazy("프리필 속도 (tok/s)"),
-    "decode tok/s": gettext_lazy("디코드 속도 (tok/s)"),
-    "estimate error %": gettext_lazy("추정 오차 (%)"),
-    "TPOT ms": gettext_lazy("TPOT (ms)"),
-    "TTFT r²": gettext_lazy("TTFT 직선 r²"),
-    "best level": gettext_lazy("가장 좋은 수준"),
-    "peak tok/s": gettext_lazy("최대 처리량 (tok/s)"),
-    "ms/token (500)": gettext_lazy("토큰당 TTFT 증가 ms (500자 청크)"),
-    "ms/token (1000)": gettext_lazy("토큰당 TTFT 증가 ms (1000자 청크)"),
-    "warm speed-up": gettext_lazy("캐시 적중 시 빨라진 배수"),
-    "cache reset": gettext_lazy("캐시 초기화"),
-    "time saved %": gettext_lazy("줄어든 시간 (%)"),
-}
-
-
-def key_label(key: str) -> str:
-    """What a reader sees for a stored key number (the key itself when it has no label)."""
-    return str(KEY_LABELS.get(key, key))

@@ -19,6 +19,7 @@ from bench import charts, configs, runner, sanity
 from bench.kinds import rag_work, registry
 from bench.kinds.cells import intervals, request_row, watched_cell
 from bench.kinds.checks import Check, all_ok, done_cells, noise_advice
+from bench.kinds.labs import KeyNumber, Lab, Target, measured_at
 from bench.kinds.registry import Field, Runs
 from bench.kinds.session import CLIENT_TIMEOUT_S, keeps_partial, warm_up
 from bench.metrics import SLO, summarize
@@ -523,6 +524,26 @@ def _slo_advice(r: dict[str, Any], measured: list[dict[str, Any]]) -> str:
     return _("SLO를 기본값(TTFT ≤ 3000 ms, TPOT ≤ 200 ms)으로 두거나 가장 낮은 부하 단계를 1로 두고 다시 실행하세요.")
 
 
+def peak_what(config: LoadConfig) -> str:
+    return _("여러 동시 수준 가운데 최대 출력 처리량")
+
+
+LAB = Lab(
+    number=3,
+    slug="lab3-load",
+    title=gettext_lazy("실습 3 — 부하 아래의 서빙"),
+    checks=checks,
+    keys=(
+        KeyNumber("best level", "best_level", gettext_lazy("가장 좋은 수준")),
+        KeyNumber("peak tok/s", "peak_output_throughput", gettext_lazy("최대 처리량 (tok/s)")),
+    ),
+    missing=missing,
+    minimums=MINIMUMS,
+    target=Target(peak_what, "tok/s", measured_at("peak_output_throughput")),
+    engine_panels=("requests", "cache"),  # the queue and the KV cache's use under load
+)
+
+
 KIND = registry.register(
     registry.JobKind(
         name="load",
@@ -539,12 +560,6 @@ KIND = registry.register(
         cell_line=cell_line,
         report_lines=report_lines,
         sequential=False,
-        lab=registry.LabChecks(
-            3,
-            checks,
-            (("best level", "best_level"), ("peak tok/s", "peak_output_throughput")),
-            missing=missing,
-            minimums=MINIMUMS,
-        ),
+        lab=LAB,
     )
 )

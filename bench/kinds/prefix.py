@@ -18,6 +18,7 @@ from bench import charts, runner, stats
 from bench.kinds import rag_work, registry, speed
 from bench.kinds.cells import cell_summary, watched_cell
 from bench.kinds.checks import Check, all_ok, done_cells, noise_advice
+from bench.kinds.labs import KeyNumber, Lab, Target, measured_at
 from bench.kinds.registry import Field, Runs
 from bench.kinds.session import CLIENT_TIMEOUT_S, Session, keeps_partial, warm_up
 from bench.reporting import Reporter
@@ -211,6 +212,26 @@ def checks(r: dict[str, Any]) -> list[Check]:
     ]
 
 
+def speedup_what(config: PrefixConfig) -> str:
+    return _("캐시 적중 시 TTFT가 빨라지는 배수")
+
+
+LAB = Lab(
+    number=5,
+    slug="lab5-prefix-caching",
+    title=gettext_lazy("실습 5 — 프리픽스 캐싱"),
+    checks=checks,
+    keys=(
+        KeyNumber("warm speed-up", "warm_speedup", gettext_lazy("캐시 적중 시 빨라진 배수")),
+        KeyNumber("cache reset", "cache_reset", gettext_lazy("캐시 초기화")),
+    ),
+    missing=missing,
+    minimums=MINIMUMS,
+    target=Target(speedup_what, "×", measured_at("warm_speedup")),
+    engine_panels=("cache",),  # the prefix cache's hits
+)
+
+
 KIND = registry.register(
     registry.JobKind(
         name="prefix",
@@ -223,12 +244,6 @@ KIND = registry.register(
         cell_label=lambda cell: str(case_names().get(str(cell.get("cell")), cell.get("cell"))),
         cell_line=cell_line,
         report_lines=report_lines,
-        lab=registry.LabChecks(
-            5,
-            checks,
-            (("warm speed-up", "warm_speedup"), ("cache reset", "cache_reset")),
-            missing=missing,
-            minimums=MINIMUMS,
-        ),
+        lab=LAB,
     )
 )

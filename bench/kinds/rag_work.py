@@ -42,6 +42,14 @@ def answer(prompt: RagPrompt, record: RequestRecord) -> dict[str, Any]:
     }
 
 
+TEMPLATE_TOKENS = 200  # a RAG prompt's template and question, at most
+
+
+def context_tokens(top_k: int, chunk_size: int) -> int:
+    """Prompt tokens of a RAG request: Korean text is at most about one token per character, plus the template."""
+    return top_k * chunk_size + TEMPLATE_TOKENS
+
+
 def rag_longest(top_k: int, chunk_size: int, max_tokens: int) -> int:
-    """Tokens of a RAG request: Korean text is at most about one token per character, plus the template."""
-    return top_k * chunk_size + 200 + max_tokens
+    """Tokens of a RAG request, prompt and answer."""
+    return context_tokens(top_k, chunk_size) + max_tokens

@@ -3,9 +3,10 @@
 A kind is one module that declares a ``JobKind`` and passes it to ``register``: its
 typed config (a frozen dataclass whose defaults are the only copy of them), the form
 fields read onto it, how it measures, its chart, its lines in the terminal command,
-its summary on the job page, its lab's checks and key numbers and its class chart.
-The form, the command, the worker, the pages, the exports and the lab catalog ask
-this registry and never branch on a kind's name.
+its summary on the job page, the lab it serves (``bench.kinds.labs.Lab``: the whole lab,
+from its title to its checks and prediction target) and its class chart. The form, the
+command, the worker, the pages, the exports and the labs ask this registry and never
+branch on a kind's name or a lab's number.
 
 Nothing here imports a kind: ``bench.kinds`` imports the built-in ones (each
 registers itself), so ``import bench.kinds.registry`` loads them all as well.
@@ -17,13 +18,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from django.utils.functional import Promise
 from django.utils.translation import gettext as _
 
 from bench import configs
-from bench.kinds.checks import Check, disturbed_cells, key_intervals, key_numbers, settings_check, undisturbed
+from bench.kinds.checks import Check, disturbed_cells
+from bench.kinds.labs import Lab, Text
 
-Text = str | Promise  # a label: usually gettext_lazy, read when shown in the user's language
 Runs = list[tuple[str, dict[str, Any]]]  # (job name, its results), one entry per job drawn
 Widget = Literal["integer", "real", "integers", "reals", "choice", "jsonl"]
 SEED_MOST = 1 << 31
@@ -105,44 +105,6 @@ def _number(value: float) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def _nothing_missing(config: Any, results: dict[str, Any]) -> list[str]:
-    return []
-
-
-@dataclass(frozen=True)
-class LabChecks:
-    """The lab a kind serves: its number, its auto-checks, its key numbers (label, dotted path)
-    and its minimum settings.
-
-    ``checks(results)`` are the lab's own checks. ``missing(config, results)`` names what a
-    run lacks of the lab's minimums (its typed config, and what its results show was measured,
-    e.g. every variant over the same questions); ``minimums`` says them in words on the lab
-    page. ``all_checks`` adds the two checks every lab has: the settings meet the minimums, and
-    no other traffic ran on the engine while a cell was measured.
-    """
-
-    number: int
-    checks: Callable[[dict[str, Any]], list[Check]]
-    keys: tuple[tuple[str, str], ...] = ()
-    missing: Callable[[Any, dict[str, Any]], list[str]] = _nothing_missing
-    minimums: Text = ""
-
-    def key_numbers(self, results: dict[str, Any]) -> dict[str, Any]:
-        return key_numbers(results, self.keys)
-
-    def key_intervals(self, results: dict[str, Any]) -> dict[str, list[float]]:
-        return key_intervals(results, self.keys)
-
-    def lacking(self, results: dict[str, Any], config: Any | None) -> list[str]:
-        """What the run lacks of the minimums; a config that no longer reads (None) lacks readable settings."""
-        if config is None:
-            return [_("읽을 수 있는 설정 (저장된 설정을 지금의 규칙으로 읽지 못함)")]
-        return self.missing(config, results)
-
-    def all_checks(self, results: dict[str, Any], config: Any | None) -> list[Check]:
-        return [*self.checks(results), settings_check(self.lacking(results, config)), undisturbed(results)]
-
-
 @dataclass(frozen=True)
 class ClassChart:
     """A class-wide chart over each learner's latest finished job of the kind.
@@ -195,7 +157,7 @@ class JobKind:
     cell_line: Callable[[dict[str, Any]], str] | None = None
     report_lines: Callable[[dict[str, Any]], list[str]] = _no_lines
     sequential: bool = True
-    lab: LabChecks | None = None
+    lab: Lab | None = None  # the lab it serves, declared in full (``bench.kinds.labs``)
     class_chart: ClassChart | None = None
 
     def default(self) -> Any:
@@ -265,6 +227,12 @@ def register(kind: JobKind) -> JobKind:
         raise ValueError(f"a job kind named {kind.name!r} is already registered")
     if not kind.name or len(kind.name) > 16:
         raise ValueError(f"a job kind's name has 1 to 16 characters (BenchJob.kind): {kind.name!r}")
+    if kind.lab is not None:
+        for other in _KINDS.values():
+            if other.name != kind.name and other.lab is not None and kind.lab.number == other.lab.number:
+                raise ValueError(f"lab {kind.lab.number} is already served by the job kind {other.name!r}")
+            if other.name != kind.name and other.lab is not None and kind.lab.slug == other.lab.slug:
+                raise ValueError(f"a lab with the slug {kind.lab.slug!r} is already served by {other.name!r}")
     _KINDS[kind.name] = kind
     return kind
 
@@ -292,7 +260,23 @@ def all_kinds() -> list[JobKind]:
 
 
 def for_lab(number: int) -> JobKind | None:
+    """The kind serving lab ``number`` (None: no such lab)."""
     return next((kind for kind in all_kinds() if kind.lab is not None and kind.lab.number == number), None)
+
+
+def labs() -> list[tuple[JobKind, Lab]]:
+    """(kind, the lab it serves) of every lab, in the labs' order."""
+    return [(kind, kind.lab) for kind in all_kinds() if kind.lab is not None]
+
+
+def key_label(key: str) -> str:
+    """What a reader sees for a stored key number: its label in the lab that declares it (the key itself
+    when no registered lab does, e.g. a hand-in kept from a lab since changed)."""
+    for _kind, lab in labs():
+        for number in lab.keys:
+            if number.key == key:
+                return str(number.label)
+    return key
 
 
 def choices() -> list[tuple[str, Text]]:

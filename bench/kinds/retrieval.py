@@ -30,6 +30,7 @@ from bench.kinds.cells import (
     watched_cell,
 )
 from bench.kinds.checks import Check, all_ok, done_cells, noise_advice
+from bench.kinds.labs import Estimate, KeyNumber, Lab, Target, finite, shown
 from bench.kinds.registry import Field, Runs
 from bench.kinds.session import CLIENT_TIMEOUT_S, Session, keeps_partial, warm_up
 from bench.reporting import Reporter
@@ -375,6 +376,48 @@ def class_figure(points: TtftPoints) -> dict[str, Any] | None:
     return charts.done(fig, charts.CLASS_LAYOUT)
 
 
+# --- Lab 4's prediction: TTFT at the largest top-k ------------------------------------------------
+
+
+def _largest(config: RetrievalConfig) -> tuple[int, int]:
+    return max(config.top_ks), max(config.chunk_sizes)
+
+
+def largest_what(config: RetrievalConfig) -> str:
+    top_k, size = _largest(config)
+    return _("가장 큰 top-k %(k)d, 청크 %(size)d자에서의 TTFT") % {"k": top_k, "size": size}
+
+
+def largest_measured(results: dict[str, Any]) -> float | None:
+    cells = [c for c in results.get("cells", []) if isinstance(c, dict) and c.get("completed")]
+    if not cells:
+        return None
+    top = max(cells, key=lambda c: (finite(c.get("top_k")) or 0, finite(c.get("chunk_size")) or 0))
+    return finite(top.get("median_ttft_ms"))
+
+
+def largest_estimate(config: RetrievalConfig, prefill: float, decode: float) -> Estimate:
+    top_k, size = _largest(config)
+    ms = round(1000 * rag_work.context_tokens(top_k, size) / prefill)
+    formula = f"({top_k} × {size} + {rag_work.TEMPLATE_TOKENS}) ÷ {shown(prefill)} tok/s ≈ {ms} ms"
+    return Estimate(ms, formula)
+
+
+LAB = Lab(
+    number=4,
+    slug="lab4-rag-retrieval",
+    title=gettext_lazy("실습 4 — 검색 크기와 지연"),
+    checks=checks,
+    keys=(
+        KeyNumber("ms/token (500)", "fits.500.slope", gettext_lazy("토큰당 TTFT 증가 ms (500자 청크)")),
+        KeyNumber("ms/token (1000)", "fits.1000.slope", gettext_lazy("토큰당 TTFT 증가 ms (1000자 청크)")),
+    ),
+    missing=missing,
+    minimums=MINIMUMS,
+    target=Target(largest_what, "ms", largest_measured, largest_estimate),
+)
+
+
 KIND = registry.register(
     registry.JobKind(
         name="retrieval",
@@ -388,13 +431,7 @@ KIND = registry.register(
         cell_name=cell_name,
         cell_label=cell_label,
         cell_line=cell_line,
-        lab=registry.LabChecks(
-            4,
-            checks,
-            (("ms/token (500)", "fits.500.slope"), ("ms/token (1000)", "fits.1000.slope")),
-            missing=missing,
-            minimums=MINIMUMS,
-        ),
+        lab=LAB,
         class_chart=registry.ClassChart("ttft_vs_context", "class-ttft", class_points, class_figure),
     )
 )

@@ -17,6 +17,7 @@ from bench import charts
 from bench.kinds import registry
 from bench.kinds.cells import number
 from bench.kinds.checks import Check, all_ok, noise_advice
+from bench.kinds.labs import Estimate, KeyNumber, Lab, Target, measured_at, shown
 from bench.kinds.registry import Field, Runs
 from bench.kinds.session import Shape, measure_shapes
 from bench.reporting import Reporter
@@ -162,7 +163,7 @@ def report_lines(results: dict[str, Any]) -> list[str]:
     return [line]
 
 
-# --- Lab 1's checks and the class chart ----------------------------------------------------
+# --- Lab 1's checks ------------------------------------------------------------------------
 
 
 ESTIMATE_TOLERANCE_PCT = 15  # the chapter's check: the estimator within 15 % of the measurement
@@ -222,6 +223,52 @@ def missing(config: SpeedConfig, results: dict[str, Any]) -> list[str]:
     return lacking
 
 
+# --- Lab 1's prediction: the unseen shape's time ---------------------------------------------
+
+
+def unseen_what(config: SpeedConfig) -> str:
+    i, o = config.check
+    return _("처음 보는 모양 %(i)d/%(o)d(입력/출력 토큰)의 전체 시간") % {"i": i, "o": o}
+
+
+def unseen_estimate(config: SpeedConfig, prefill: float, decode: float) -> Estimate:
+    i, o = config.check
+    prefill_s, decode_s = gen_seconds(i, o, prefill, decode)
+    total = round(prefill_s + decode_s, 2)
+    formula = (
+        f"{i} ÷ {shown(prefill)} + {o} ÷ {shown(decode)} = {shown(prefill_s)} + {shown(decode_s)} = {shown(total)} s"
+    )
+    return Estimate(total, formula)
+
+
+def request_shapes(config: SpeedConfig) -> list[tuple[int, int]]:
+    """Every request of a run: each shape of the table and the unseen one, ``repeats`` times."""
+    return [(int(i), int(o)) for i, o in (*config.shapes, config.check)] * int(config.repeats)
+
+
+PREFILL = KeyNumber("prefill tok/s", "prefill_speed", gettext_lazy("프리필 속도 (tok/s)"))  # Lab 2's as well
+
+LAB = Lab(
+    number=1,
+    slug="lab1-speed",
+    title=gettext_lazy("실습 1 — 프리필·디코드 속도 재기"),
+    checks=checks,
+    keys=(
+        PREFILL,
+        KeyNumber("decode tok/s", "decode_speed", gettext_lazy("디코드 속도 (tok/s)")),
+        KeyNumber("estimate error %", "check.error_pct", gettext_lazy("추정 오차 (%)")),
+    ),
+    missing=missing,
+    minimums=MINIMUMS,
+    target=Target(unseen_what, "s", measured_at("check", "measured_s"), unseen_estimate),
+    request_shapes=request_shapes,
+    speeds=True,
+)
+
+
+# --- the class chart ----------------------------------------------------------------------------
+
+
 SpeedPoints = dict[str, list[tuple[str, float | None, float | None]]]
 
 
@@ -275,17 +322,7 @@ KIND = registry.register(
         cell_label=cell_label,
         cell_line=cell_line,
         report_lines=report_lines,
-        lab=registry.LabChecks(
-            1,
-            checks,
-            (
-                ("prefill tok/s", "prefill_speed"),
-                ("decode tok/s", "decode_speed"),
-                ("estimate error %", "check.error_pct"),
-            ),
-            missing=missing,
-            minimums=MINIMUMS,
-        ),
+        lab=LAB,
         class_chart=registry.ClassChart("speeds", "class-speeds", class_points, class_figure),
     )
 )

@@ -6,6 +6,7 @@ decode time against output tokens - 1 (slope = TPOT).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +16,7 @@ from django.utils.translation import gettext_lazy
 from bench.kinds import registry, speed
 from bench.kinds.cells import farthest_point, line_fit, step_ms, trend
 from bench.kinds.checks import Check, all_ok, done_cells, noise_advice
+from bench.kinds.labs import Estimate, KeyNumber, Lab, Target, measured_at, shown
 from bench.kinds.registry import Field
 from bench.kinds.session import Shape, measure_shapes
 from bench.reporting import Reporter
@@ -198,6 +200,42 @@ def checks(r: dict[str, Any]) -> list[Check]:
     ]
 
 
+# --- Lab 2's prediction: TPOT ----------------------------------------------------------------------
+
+
+def tpot_what(config: SweepConfig) -> str:
+    return _("출력 토큰 하나에 드는 시간 TPOT")
+
+
+def tpot_estimate(config: SweepConfig, prefill: float, decode: float) -> Estimate:
+    tpot = round(1000 / decode, 1)
+    return Estimate(tpot, f"1000 ms ÷ {shown(decode)} tok/s = {shown(tpot)} ms")
+
+
+def request_shapes(config: SweepConfig) -> list[tuple[int, int]]:
+    """Every request of a run: the input sweep, then the output sweep, ``repeats`` times."""
+    inputs = [(i, config.fixed_output) for i in config.input_lengths]
+    outputs = [(config.fixed_input, o) for o in config.output_lengths]
+    return [(int(i), int(o)) for i, o in inputs + outputs] * int(config.repeats)
+
+
+LAB = Lab(
+    number=2,
+    slug="lab2-length-sweep",
+    title=gettext_lazy("실습 2 — 길이 스윕"),
+    checks=checks,
+    keys=(
+        dataclasses.replace(speed.PREFILL, path="fits.prefill_speed"),
+        KeyNumber("TPOT ms", "fits.tpot_ms", gettext_lazy("TPOT (ms)")),
+        KeyNumber("TTFT r²", "fits.ttft_vs_input.r2", gettext_lazy("TTFT 직선 r²")),
+    ),
+    missing=missing,
+    minimums=MINIMUMS,
+    target=Target(tpot_what, "ms", measured_at("fits", "tpot_ms"), tpot_estimate),
+    request_shapes=request_shapes,
+)
+
+
 KIND = registry.register(
     registry.JobKind(
         name="sweep",
@@ -211,16 +249,6 @@ KIND = registry.register(
         cell_label=speed.cell_label,
         cell_line=speed.cell_line,
         report_lines=report_lines,
-        lab=registry.LabChecks(
-            2,
-            checks,
-            (
-                ("prefill tok/s", "fits.prefill_speed"),
-                ("TPOT ms", "fits.tpot_ms"),
-                ("TTFT r²", "fits.ttft_vs_input.r2"),
-            ),
-            missing=missing,
-            minimums=MINIMUMS,
-        ),
+        lab=LAB,
     )
 )

@@ -122,8 +122,8 @@ class AssignmentForm(forms.Form):
     lab = forms.TypedChoiceField(
         label=_("실습"),
         coerce=int,
-        choices=[(number, lab.title) for number, lab in LABS.items()],
-        error_messages={"invalid_choice": _("실습은 1부터 6까지입니다 (받은 값: %(value)s).")},
+        choices=lambda: [(number, lab.title) for number, lab in LABS.items()],  # the labs registered now
+        error_messages={"invalid_choice": _("그런 실습이 없습니다 (받은 값: %(value)s).")},
     )
     opens_at = _datetime_field(_("열리는 시각"))
     due_at = _datetime_field(_("마감 시각"))

@@ -1,14 +1,15 @@
-"""The six labs: their pages and run buttons, and a learner's status in each.
+"""The labs: their pages and run buttons, and a learner's status in each.
 
-Which job a lab runs, its auto-checks, key numbers and minimum settings belong to the
-job kind that serves it (``bench.kinds``: pure functions of ``BenchJob.results`` and
-``BenchJob.config``), so the lab page, the gradebook and the tests agree on what
-"passed" means.
+A lab is declared once, by the job kind that serves it (``bench.kinds.labs.Lab``: its number,
+chapter section, title, run settings, panels, checks, key numbers, minimum settings and
+prediction target: pure functions of ``BenchJob.results`` and ``BenchJob.config``). ``LABS``
+reads the registered kinds each time it is asked, so the lab page, the gradebook and the tests
+agree on what "passed" means, and a kind registered later (a test's) is a lab at once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,7 +17,9 @@ from django.utils.translation import gettext_lazy as _
 
 from bench.kinds import registry
 from bench.kinds.checks import Check, all_passed
-from bench.kinds.registry import JobKind, LabChecks
+from bench.kinds.labs import Lab as DeclaredLab
+from bench.kinds.labs import Target
+from bench.kinds.registry import JobKind
 from labapp.labs import outcomes
 
 __all__ = ["LABS", "Check", "Lab", "LabState", "Status", "state_for", "states_for"]
@@ -26,67 +29,105 @@ Results = dict[str, Any]
 
 @dataclass(frozen=True)
 class Lab:
-    """A lab page: its chapter section, title and run button's settings; its job kind, checks and key
-    numbers are those of the registered kind that serves it (``bench.kinds``)."""
+    """A lab page: the lab declared by the registered kind that serves it (``bench.kinds``)."""
 
-    number: int
-    slug: str  # the chapter section with the lab's prose
-    title: Any
-    config: dict[str, Any] = field(default_factory=dict)  # the run button's settings (the job form has all)
-    # The engine timeline's panels that explain this lab, under its requests (``bench.charts.ENGINE_PANELS``).
-    engine_panels: tuple[str, ...] = ()
+    kind: JobKind
 
-    def _served(self) -> tuple[JobKind, LabChecks]:
-        kind = registry.for_lab(self.number)
-        if kind is None or kind.lab is None:
-            raise LookupError(f"no job kind serves lab {self.number}")
-        return kind, kind.lab
+    @property
+    def declared(self) -> DeclaredLab:
+        if self.kind.lab is None:
+            raise LookupError(f"the job kind {self.kind.name!r} serves no lab")
+        return self.kind.lab
+
+    @property
+    def number(self) -> int:
+        return self.declared.number
+
+    @property
+    def slug(self) -> str:
+        """The chapter section with the lab's prose."""
+        return self.declared.slug
+
+    @property
+    def title(self) -> Any:
+        return self.declared.title
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The run button's settings (the job form has all)."""
+        return self.declared.config
+
+    @property
+    def engine_panels(self) -> tuple[str, ...]:
+        """The engine timeline's panels that explain this lab, under its requests (``bench.charts.ENGINE_PANELS``)."""
+        return self.declared.engine_panels
+
+    @property
+    def notice(self) -> str:
+        """A template shown above the run button ("" for none)."""
+        return self.declared.notice
+
+    @property
+    def target(self) -> Target:
+        """What the learner predicts before a run."""
+        return self.declared.target
 
     @property
     def job_kind(self) -> str:
-        return self._served()[0].name
+        return self.kind.name
 
     @property
     def job_kind_label(self) -> Any:
         """The kind's name as a reader sees it (translated), e.g. "속도 측정 (실습 1)"."""
-        return self._served()[0].label
+        return self.kind.label
 
     @property
     def keys(self) -> tuple[tuple[str, str], ...]:
-        """(label, dotted path into the job's results) of the key numbers."""
-        return self._served()[1].keys
+        """(stored key, dotted path into the job's results) of the key numbers."""
+        return self.declared.paths
 
     @property
     def minimums(self) -> Any:
         """The lab's minimum settings in words (shown on its page)."""
-        return self._served()[1].minimums
+        return self.declared.minimums
 
     def checks(self, results: Results, config: dict[str, Any]) -> list[Check]:
         """The checks of a finished job: its results and its saved settings (``BenchJob.config``)."""
-        return self._served()[0].lab_checks(results, config)
+        return self.kind.lab_checks(results, config)
 
     def missing(self, results: Results, config: dict[str, Any]) -> list[str]:
         """What a job lacks of the lab's minimum settings (empty: enough to hand in)."""
-        return self._served()[0].lab_missing(results, config)
+        return self.kind.lab_missing(results, config)
 
     def key_numbers(self, results: Results) -> dict[str, Any]:
-        return self._served()[1].key_numbers(results)
+        return self.declared.key_numbers(results)
 
     def key_intervals(self, results: Results) -> dict[str, list[float]]:
-        return self._served()[1].key_intervals(results)
+        return self.declared.key_intervals(results)
+
+    def run_settings(self) -> Any:
+        """The typed settings of the run button (None if they no longer read)."""
+        return self.kind.saved_config(dict(self.config))
 
 
-LABS: dict[int, Lab] = {
-    lab.number: lab
-    for lab in (
-        Lab(1, "lab1-speed", _("실습 1 — 프리필·디코드 속도 재기")),
-        Lab(2, "lab2-length-sweep", _("실습 2 — 길이 스윕")),
-        Lab(3, "lab3-load", _("실습 3 — 부하 아래의 서빙"), engine_panels=("requests", "cache")),
-        Lab(4, "lab4-rag-retrieval", _("실습 4 — 검색 크기와 지연")),
-        Lab(5, "lab5-prefix-caching", _("실습 5 — 프리픽스 캐싱"), engine_panels=("cache",)),
-        Lab(6, "lab6-short-answers", _("실습 6 — 짧게 답하게 하기")),
-    )
-}
+class _Labs(Mapping[int, Lab]):
+    """lab number → ``Lab`` of every registered kind that serves one, in the labs' order, read from the
+    registry at each use (nothing cached: registering or removing a kind adds or removes its lab)."""
+
+    def __getitem__(self, number: int) -> Lab:
+        kind = registry.for_lab(number) if isinstance(number, int) else None
+        if kind is None:
+            raise KeyError(number)
+        return Lab(kind)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter([lab.number for _kind, lab in registry.labs()])
+
+    def __len__(self) -> int:
+        return len(registry.labs())
+
+
+LABS: Mapping[int, Lab] = _Labs()
 
 
 class Status:
@@ -233,16 +274,17 @@ def _checked(state: LabState, *, words: bool, stale: list[Any]) -> None:
 
 
 def states_for(
-    user_ids: Iterable[int], labs: Iterable[int] = tuple(LABS), *, words: bool = True
+    user_ids: Iterable[int], labs: Iterable[int] | None = None, *, words: bool = True
 ) -> dict[tuple[int, int], LabState]:
-    """Every (user, lab) state in a few queries, however many learners (the gradebook's need).
+    """Every (user, lab) state in a few queries, however many learners (the gradebook's need); ``labs``:
+    the lab numbers (None: every lab).
 
     ``words=False`` (the gradebook): the states stand on each run's stored outcomes, read
     without its results; their checks count and pass but have no names or messages.
     """
     from labapp.models import LabSubmission
 
-    ids, numbers = list(user_ids), list(labs)
+    ids, numbers = list(user_ids), list(LABS if labs is None else labs)
     latest, finished = _runs(ids, numbers, words=words)
     handed_in = LabSubmission.objects.filter(user_id__in=ids, lab__in=numbers).select_related("job")
     handed_in = handed_in.defer("job__results")  # its checks and numbers are stored with it

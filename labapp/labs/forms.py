@@ -9,7 +9,7 @@ from django import forms
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from labapp.labs.predict import Target
+from bench.kinds.labs import Target
 
 
 class RunForm(forms.Form):

@@ -42,15 +42,12 @@ def current(summary: Any) -> bool:
 
 def of(lab: Any, results: dict[str, Any], checks: list[Check]) -> dict[str, Any]:
     """The outcomes of a finished run of ``lab`` (a ``catalog.Lab``): its results and the checks made of them."""
-    from labapp.labs.predict import TARGETS
-
-    target = TARGETS.get(lab.number)
     return {
         "v": version(),
         "checks": [[check.passed, check.applies] for check in checks],
         "key_numbers": lab.key_numbers(results),
         "key_intervals": lab.key_intervals(results),
-        "measured": target.measured(results) if target is not None else None,
+        "measured": lab.target.measured(results),
     }
 
 

@@ -35,19 +35,6 @@ def _median_seconds(rows: Iterable[dict[str, Any]]) -> tuple[float, int] | None:
     return (statistics.median(spans), len(spans)) if spans else None
 
 
-def request_shapes(number: int, config: Any) -> list[tuple[int, int]]:
-    """(input, output tokens) of every request of a lab run whose shapes its settings fix (Labs 1, 2), else []."""
-    if config is None:
-        return []
-    if number == 1:
-        return [(int(i), int(o)) for i, o in (*config.shapes, config.check)] * int(config.repeats)
-    if number == 2:
-        inputs = [(i, config.fixed_output) for i in config.input_lengths]
-        outputs = [(config.fixed_input, o) for o in config.output_lengths]
-        return [(int(i), int(o)) for i, o in inputs + outputs] * int(config.repeats)
-    return []
-
-
 def run_time(user: AbstractBaseUser, number: int, engine_url: str, speeds: Any, config: Any) -> RunTime:
     """How long a run of the lab on ``engine_url`` may take: the learner's previous finished runs of this
     lab there, else everyone's finished runs of its kind there, else the estimator with the learner's
@@ -64,7 +51,7 @@ def run_time(user: AbstractBaseUser, number: int, engine_url: str, speeds: Any, 
         return RunTime(
             everyone[0], _("이 엔진에서 모두가 실행한 같은 종류 작업 최근 %(n)d번의 중앙값") % {"n": everyone[1]}
         )
-    shapes = request_shapes(number, config)
+    shapes = LABS[number].declared.shapes(config)  # the lab's settings fix its requests' lengths, or none
     if speeds is not None and shapes and speeds.prefill > 0 and speeds.decode > 0:
         seconds = sum(sum(gen_seconds(i, o, speeds.prefill, speeds.decode)) for i, o in shapes)
         return RunTime(seconds, _("내 속도로 추정기에 넣은 값 (요청 %(n)d개)") % {"n": len(shapes)})

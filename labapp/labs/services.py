@@ -23,10 +23,7 @@ class SubmitError(ValueError):
 
 def run_settings(number: int) -> Any:
     """The typed settings of the lab's run button (None if they no longer read)."""
-    from bench.kinds import registry
-
-    kind = registry.for_lab(number)
-    return kind.saved_config(dict(LABS[number].config)) if kind is not None else None
+    return LABS[number].run_settings()
 
 
 def lab_run(

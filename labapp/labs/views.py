@@ -1,4 +1,4 @@
-"""The six lab pages: the run button (with a prediction) on top, the chapter's prose, results inline,
+"""The lab pages: the run button (with a prediction) on top, the chapter's prose, results inline,
 auto-checks, hand-in."""
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def _run_context(request: HttpRequest, number: int, state: LabState) -> dict[str
     engine_url = engines.chosen_url(request.session)
     speeds = bench_selectors.learner_speeds(request.user, engine_url)  # type: ignore[arg-type]
     settings = lab_services.run_settings(number)
-    target = predict.TARGETS[number]
+    target = predict.target(number)
     estimate = predict.estimate(number, settings, speeds.prefill, speeds.decode) if speeds else None
     example = predict.estimate(number, settings, 1000.0, 50.0) if speeds is None else None
     draft = request.session.get(_draft_key(number))  # a refused run's prediction, shown as typed, with its error
@@ -102,7 +102,7 @@ def lab_page(request: HttpRequest, number: int) -> HttpResponse:
 @require_POST
 def lab_run(request: HttpRequest, number: int) -> HttpResponse:
     _lab(number)
-    form = RunForm(request.POST, target=predict.TARGETS[number])
+    form = RunForm(request.POST, target=predict.target(number))
     if not form.is_valid():
         for error in form.errors.get("prediction", []):
             messages.error(request, str(error))

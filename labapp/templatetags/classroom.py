@@ -47,7 +47,7 @@ def get_item(mapping: Any, key: Any) -> Any:
 @register.filter
 def key_label(key: Any) -> str:
     """A stored key number's label in the reader's language ("prefill tok/s" → "프리필 속도 (tok/s)")."""
-    from bench.kinds.checks import key_label as label
+    from bench.kinds.registry import key_label as label
 
     return label(str(key))
 

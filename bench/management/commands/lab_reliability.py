@@ -215,7 +215,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--runs", type=int, default=10, help="runs per lab")
-        parser.add_argument("--labs", default="1,2,3,4,5,6", help="lab numbers, comma-separated")
+        parser.add_argument("--labs", default="", help="lab numbers, comma-separated (default: every lab)")
         parser.add_argument("--browser", action="store_true", help="keep a headless Chromium on the lab's page")
         parser.add_argument("--engine", help="the vLLM server's URL (default: the configured one)")
         parser.add_argument("--web", help="the site the browser opens (default: http://127.0.0.1:WEB_PORT)")
@@ -233,7 +233,7 @@ class Command(BaseCommand):
             return
 
         try:
-            numbers = [int(n) for n in options["labs"].split(",") if n.strip()]
+            numbers = [int(n) for n in options["labs"].split(",") if n.strip()] or list(LABS)
         except ValueError as exc:
             raise CommandError(f"--labs: {exc}") from exc
         unknown = [n for n in numbers if n not in LABS]
