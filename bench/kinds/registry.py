@@ -22,9 +22,9 @@ from django.utils.translation import gettext as _
 
 from bench import configs
 from bench.kinds.checks import Check, disturbed_cells, key_intervals, key_numbers, settings_check, undisturbed
+from bench.plotting import Runs
 
 Text = str | Promise  # a label: usually gettext_lazy, read when shown in the user's language
-Runs = list[tuple[str, dict[str, Any]]]  # (job name, its results), one entry per job drawn
 Widget = Literal["integer", "real", "integers", "reals", "choice", "jsonl"]
 SEED_MOST = 1 << 31
 

@@ -79,7 +79,7 @@ def test_the_export_has_every_vllm_bench_serve_key_and_a_csv_row_per_request() -
     shape = LoadShape(concurrency=2)
     result = _run(scripted_server.Script(), shape, n=3)
     summary = summarize(result.records, duration=result.duration, peak_in_flight=result.max_concurrent)
-    data = runner.result_json(result, summary, model="fake-model", shape=shape)
+    data = exports.result_json(result, summary, model="fake-model", shape=shape)
     missing = [key for key in VLLM_BENCH_KEYS if key not in data]
     assert not missing, missing
     assert data["request_rate"] == "inf" and data["max_concurrency"] == 2 and data["completed"] == 3
