@@ -210,7 +210,7 @@ def _lab_results(quick: bool) -> tuple[Path | None, str]:
     from django.conf import settings
 
     from labapp.labs.catalog import LABS
-    from labapp.management.commands.bench_gradebook import saved_results
+    from labapp.ops.measures.bench_gradebook import saved_results
 
     saved = Path(settings.DATA_DIR) / "perf" / "lab-results"
     wanted = [5, 3, 6] if quick else [5, 3, 6, 4, 1, 2]

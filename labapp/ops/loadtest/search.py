@@ -31,7 +31,7 @@ class FirstQuestion:
     _database: dict[str, Any] = field(default_factory=dict)
 
     def prepare(self) -> None:
-        from bench.management.commands.bench_retrieval_scale import prepare
+        from labapp.ops.measures.bench_retrieval_scale import prepare
 
         try:
             self.prepared = prepare(self.chunks)
@@ -53,7 +53,7 @@ class FirstQuestion:
     def _ask(self) -> None:
         from django.db import connections
 
-        from bench.management.commands.bench_retrieval_scale import first_question
+        from labapp.ops.measures.bench_retrieval_scale import first_question
 
         connections["default"] = connections["default"].__class__(self._database, alias="default")
         time.sleep(self.delay_s)

@@ -22,9 +22,9 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from bench import runner
-from bench.management import reference
 from bench.metrics import summarize
 from bench.workloads import synthetic_prompts
+from labapp.ops.measures import reference
 from labapp.ops.stack.components import ENGINE_PYTHON, embedded_model_dir
 from rag.vllm import client as vllm_client
 
