@@ -33,7 +33,6 @@ The verdict names the first level whose median TTFT overhead exceeds 5 ms or
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import time
 from dataclasses import dataclass
@@ -45,6 +44,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from bench import runner
 from bench.metrics import percentile
 from labapp.ops import scripted
+from labapp.ops.report import emit
 from rag.vllm import client as vllm_client
 from rag.vllm.records import RequestRecord
 
@@ -115,10 +115,7 @@ class Command(BaseCommand):
                 )
         except (RuntimeError, httpx.HTTPError, vllm_client.EngineUnavailable) as exc:
             raise CommandError(f"{type(exc).__name__}: {exc}") from exc
-        if options["json"]:
-            self.stdout.write(json.dumps(report))
-            return
-        self.stdout.write("\n".join(report_lines(report)))
+        emit(self.stdout, report, json_wanted=options["json"], lines=lambda: report_lines(report))
 
 
 async def _server_stats(http: httpx.AsyncClient) -> dict[str, Any]:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import cProfile
-import json
 import statistics
 import time
 from pathlib import Path
@@ -32,6 +31,7 @@ from bench import runner
 from labapp.ops import scripted
 from labapp.ops.measures import reference
 from labapp.ops.measures.bench_client_overhead import _levels, _p
+from labapp.ops.report import emit
 from labapp.ops.stack.components import embedded_model_dir
 from rag.vllm import client as vllm_client
 
@@ -251,7 +251,4 @@ class Command(BaseCommand):
                 profile.disable()
                 profile.dump_stats(str(options["profile"]))
         report["seconds"] = round(time.monotonic() - started, 1)
-        if options["json"]:
-            self.stdout.write(json.dumps(report))
-            return
-        self.stdout.write("\n".join(report_lines(report)))
+        emit(self.stdout, report, json_wanted=options["json"], lines=lambda: report_lines(report))
