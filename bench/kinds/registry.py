@@ -22,7 +22,7 @@ from django.utils.translation import gettext as _
 
 from bench import configs
 from bench.kinds.checks import Check, disturbed_cells, key_intervals, key_numbers, settings_check, undisturbed
-from bench.plotting import Runs
+from bench.plotting import Runs as Runs  # re-exported: what a kind's chart is drawn from
 
 Text = str | Promise  # a label: usually gettext_lazy, read when shown in the user's language
 Widget = Literal["integer", "real", "integers", "reals", "choice", "jsonl"]

@@ -1,4 +1,4 @@
-"""The scripted server (bench/scripted.py) and the client-overhead command, without an engine.
+"""The scripted server (labapp/ops/scripted/) and the client-overhead command, without an engine.
 
 Sanity bounds only: the overheads are timings of this machine, and the tests
 claim nothing about them beyond "not negative" and "not absurd".

@@ -1,4 +1,4 @@
-"""The load generator against a scripted OpenAI-compatible server (tests/scripted.py)."""
+"""The load generator against a scripted OpenAI-compatible server (labapp/ops/scripted/)."""
 
 from __future__ import annotations
 
