@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, TextIO
 
+from bench import runner
 from bench.kinds import registry
 from bench.metrics import summarize
 from labapp.csvcells import csv_safe
@@ -164,6 +165,20 @@ def bench_json(
         "finish_reasons": [r.get("finish_reason") for r in requests],
     }
     return data | (extra or {})
+
+
+def result_json(
+    result: runner.RunResult, summary: dict[str, Any], *, model: str, shape: runner.LoadShape
+) -> dict[str, Any]:
+    """A run as vllm bench serve's --save-result --save-detailed JSON, plus our own keys."""
+    return bench_json(
+        [r.as_dict() for r in result.records],
+        summary,
+        model=model,
+        request_rate=shape.request_rate,
+        burstiness=shape.burstiness,
+        max_concurrency=shape.concurrency,
+    )
 
 
 def _record(request: dict[str, Any]) -> RequestRecord:

@@ -16,7 +16,6 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import httpx
 
@@ -150,18 +149,4 @@ async def run(
     ended = max((r.t_end for r in records if r.t_end is not None), default=started)
     return RunResult(
         records=records, started=started, ended=ended, max_concurrent=peak, warmup=warm, client_cpu_s=cpu_s
-    )
-
-
-def result_json(result: RunResult, summary: dict[str, Any], *, model: str, shape: LoadShape) -> dict[str, Any]:
-    """A run as vllm bench serve's --save-result --save-detailed JSON, plus our own keys."""
-    from bench.exports import bench_json
-
-    return bench_json(
-        [r.as_dict() for r in result.records],
-        summary,
-        model=model,
-        request_rate=shape.request_rate,
-        burstiness=shape.burstiness,
-        max_concurrency=shape.concurrency,
     )

@@ -12,7 +12,7 @@ from django.shortcuts import redirect, render
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
-from bench import access, charts, engines, exports, reaper, services, stats
+from bench import access, charts, engines, exports, plotting, reaper, services, stats
 from bench.forms import JobForm
 from bench.kinds import registry
 from bench.models import BenchJob
@@ -111,7 +111,7 @@ def noise_rows(jobs: list[BenchJob]) -> list[dict[str, Any]]:
     """Per cell the jobs share (by name) and per median: each job's median with its 95 % interval, and
     whether every later job's interval overlaps the first's (a difference inside the noise)."""
     kind = jobs[0].kind
-    by_job = [{exports.cell_name(kind, c): c for c in charts.cells(job.results or {})} for job in jobs]
+    by_job = [{exports.cell_name(kind, c): c for c in plotting.cells(job.results or {})} for job in jobs]
     rows = []
     for name in [n for n in by_job[0] if all(n in cells for cells in by_job[1:])]:
         for metric, label in NOISE_METRICS:

@@ -57,6 +57,7 @@ INSTALLED_APPS = [
     "labapp",
     "rag",
     "bench",
+    "labapp.ops",
 ]
 
 MIDDLEWARE = [

@@ -25,6 +25,11 @@ def run(coroutine: Coroutine[Any, Any, T]) -> T:
         return pool.submit(asyncio.run, closing()).result()
 
 
+async def keep_going(done: int, total: int, cell: str) -> bool:
+    """A ``ProgressReporter`` callback that never stops the job."""
+    return True
+
+
 def nothing_found(run: object) -> RetrievalResult:
     """A chat search with nothing found: what ``rag.chat.search`` stands in for in tests without
     Chroma or the embedding model."""

@@ -17,6 +17,7 @@ import psutil
 import pytest
 from django.conf import settings
 
+from labapp.ops import scripted
 from labapp.ops.stack.__main__ import port_in_use
 from tests import harness
 from tests.csp_watch import CspWatchingBrowser
@@ -117,6 +118,21 @@ def _korean_by_default() -> Iterator[None]:
     translation.activate(settings.LANGUAGE_CODE)
     yield
     translation.deactivate()
+
+
+@pytest.fixture
+def engine_script() -> scripted.Script:
+    """What ``scripted_engine`` answers: four pieces 1 ms apart. A test module that needs another
+    script overrides this fixture."""
+    return scripted.Script(delay_s=0.001)
+
+
+@pytest.fixture
+def scripted_engine(engine_script: scripted.Script) -> Iterator[tuple[scripted.Script, str]]:
+    """The scripted OpenAI-compatible server in a thread of this process while the test runs: its
+    script (a test may change it mid-run) and its base URL."""
+    with scripted.serve(engine_script) as url:
+        yield engine_script, url
 
 
 @pytest.fixture

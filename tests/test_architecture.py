@@ -1,7 +1,9 @@
 """The code's shape, read with ``ast``: imports go one way and no function grows past 60 lines unexplained.
 
 - No import cycle among the app modules (``labapp``, ``rag``, ``bench``), imports inside
-  functions included (a lazy import is how a cycle hides), except each app's
+  functions included (a lazy import is how a cycle hides), and through a package's
+  ``__init__`` (importing ``bench.kinds.registry`` from outside ``bench.kinds`` runs
+  ``bench/kinds/__init__.py`` first, which imports every kind), except each app's
   ``services`` ⇄ ``tasks`` pair: a service enqueues its task after commit and the
   task calls the service back.
 - Layers: ``rag`` (the vLLM boundary, retrieval, chat) imports no ``bench`` and no
@@ -34,17 +36,17 @@ class Module:
     imports: set[str] = field(default_factory=set)
 
 
-def _name_of(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+def _name_of(path: Path, root: Path = ROOT) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def app_modules() -> dict[str, Module]:
+def app_modules(root: Path = ROOT, apps: tuple[str, ...] = APPS) -> dict[str, Module]:
     found = {}
-    for app in APPS:
-        for path in sorted((ROOT / app).rglob("*.py")):
+    for app in apps:
+        for path in sorted((root / app).rglob("*.py")):
             if "migrations" not in path.parts:
-                found[_name_of(path)] = Module(_name_of(path), path)
+                found[_name_of(path, root)] = Module(_name_of(path, root), path)
     for module in found.values():
         module.imports = _imports(module, found)
     return found
@@ -71,9 +73,19 @@ def _imports(module: Module, modules: dict[str, Module]) -> set[str]:
             targets = [f"{base}.{alias.name}" for alias in node.names]
         else:
             continue
-        out |= {known for target in targets if (known := _known(target, modules))}
+        for target in targets:
+            if known := _known(target, modules):
+                out |= {known, *_packages_run_first(known, module.name, modules)}
     out.discard(module.name)
     return out
+
+
+def _packages_run_first(target: str, importer: str, modules: dict[str, Module]) -> set[str]:
+    """The packages whose ``__init__`` runs before ``target`` when ``importer`` imports it: every
+    package above ``target`` that ``importer`` is not itself inside (those have run already)."""
+    parts = target.split(".")
+    above = {".".join(parts[:n]) for n in range(1, len(parts))}
+    return {name for name in above if name in modules and not importer.startswith(name + ".")}
 
 
 def import_cycles(modules: dict[str, Module]) -> list[set[str]]:
@@ -121,6 +133,45 @@ def test_the_cycle_finder_finds_a_cycle_through_an_import_inside_a_function() ->
     assert import_cycles(modules) == [{"bench.a", "bench.b", "bench.c"}]
     tree = ast.parse("def f():\n    from bench import jobs\n")
     assert any(isinstance(node, ast.ImportFrom) for node in ast.walk(tree))  # ast.walk reaches function bodies
+
+
+def _write(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def test_the_cycle_finder_finds_a_cycle_through_a_packages_init(tmp_path: Path) -> None:
+    # As bench.kinds/__init__ imported a kind, which imported bench.charts, which imported bench.kinds.registry:
+    # every import names a module, yet importing the registry from outside runs kinds/__init__ first.
+    _write(
+        tmp_path,
+        {
+            "app/__init__.py": "",
+            "app/charts.py": "from app.kinds.registry import find\n",
+            "app/kinds/__init__.py": "from app.kinds import speed\n",
+            "app/kinds/registry.py": "def find(): ...\n",
+            "app/kinds/speed.py": "from app import charts\nfrom app.kinds import registry\n",
+        },
+    )
+    assert import_cycles(app_modules(tmp_path, ("app",))) == [{"app.kinds", "app.kinds.speed", "app.charts"}]
+
+
+def test_a_module_importing_its_siblings_inside_its_own_package_is_no_cycle(tmp_path: Path) -> None:
+    # kinds/__init__ -> speed -> registry is how a package loads its parts: its __init__ is running already.
+    _write(
+        tmp_path,
+        {
+            "app/__init__.py": "",
+            "app/plotting.py": "import json\n",
+            "app/charts.py": "from app.kinds.registry import find\n",
+            "app/kinds/__init__.py": "from app.kinds import speed\n",
+            "app/kinds/registry.py": "from app.plotting import json\ndef find(): ...\n",
+            "app/kinds/speed.py": "from app import plotting\nfrom app.kinds import registry\n",
+        },
+    )
+    assert import_cycles(app_modules(tmp_path, ("app",))) == []
 
 
 def _entry_point(name: str) -> bool:

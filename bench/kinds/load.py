@@ -15,7 +15,7 @@ import httpx
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from bench import charts, configs, runner, sanity
+from bench import configs, plotting, runner, sanity
 from bench.kinds import rag_work, registry
 from bench.kinds.cells import intervals, request_row, watched_cell
 from bench.kinds.checks import Check, all_ok, done_cells, noise_advice
@@ -331,45 +331,49 @@ def ramp_chart(runs: Runs) -> dict[str, Any]:
     """A ramp against time: the rate due and the rate sent; each request's TTFT and TPOT where it was sent."""
     import plotly.graph_objects as go
 
-    fig = charts.figure((_("요청률 램프"), _("요청별 TTFT와 TPOT")))
+    fig = plotting.figure((_("요청률 램프"), _("요청별 TTFT와 TPOT")))
     for run, results in runs:
-        for cell in charts.cells(results):
+        for cell in plotting.cells(results):
             rows = [(r, rate) for r, rate in zip(cell["requests"], cell.get("target_rates") or [], strict=False)]
             rows = sorted((pair for pair in rows if pair[0].get("t_send")), key=lambda pair: pair[0]["t_send"])
             if not rows:
                 continue
             start = rows[0][0]["t_send"]
             at = [round(r["t_send"] - start, 3) for r, _rate in rows]
-            due = go.Scatter(x=at, y=[rate for _r, rate in rows], name=charts.series_name(run, _("정한 요청률"), runs))
+            due = go.Scatter(
+                x=at, y=[rate for _r, rate in rows], name=plotting.series_name(run, _("정한 요청률"), runs)
+            )
             fig.add_trace(due, 1, 1)
             sent = _sent_per_second([r["t_send"] for r, _rate in rows])
-            fig.add_trace(go.Scatter(x=at, y=sent, name=charts.series_name(run, _("보낸 요청률 (1초 창)"), runs)), 1, 1)
+            fig.add_trace(
+                go.Scatter(x=at, y=sent, name=plotting.series_name(run, _("보낸 요청률 (1초 창)"), runs)), 1, 1
+            )
             for key, series in (("ttft", "TTFT (ms)"), ("tpot", "TPOT (ms)")):
                 values = [None if r.get(key) is None else round(1000 * r[key], 1) for r, _rate in rows]
-                marks = go.Scatter(x=at, y=values, mode="markers", name=charts.series_name(run, series, runs))
+                marks = go.Scatter(x=at, y=values, mode="markers", name=plotting.series_name(run, series, runs))
                 fig.add_trace(marks, 1, 2)
     fig.update_xaxes(title_text=_("첫 요청부터의 초"))
     fig.update_yaxes(title_text=_("요청률 (req/s)"), rangemode="tozero", row=1, col=1)
     fig.update_yaxes(title_text=_("시간 (ms, 로그 눈금)"), type="log", row=1, col=2)
-    return charts.done(fig)
+    return plotting.done(fig)
 
 
 def chart(runs: Runs) -> dict[str, Any]:
     """Throughput and goodput per level; TTFT p50/p99 and TPOT p50 with the SLO lines (a ramp: ``ramp_chart``)."""
     import plotly.graph_objects as go
 
-    if any(c.get("ramp") for _run, results in runs for c in charts.cells(results)):
+    if any(c.get("ramp") for _run, results in runs for c in plotting.cells(results)):
         return ramp_chart(runs)
 
-    fig = charts.figure((_("처리량과 굿풋"), _("TTFT와 TPOT")))
+    fig = plotting.figure((_("처리량과 굿풋"), _("TTFT와 TPOT")))
     axis = _("동시성 (동시에 보내는 요청 수)")
     for run, results in runs:
-        shown = charts.cells(results)
+        shown = plotting.cells(results)
         if shown and shown[0].get("load_mode") == "rate":
             axis = _("요청률 (req/s)")
         levels: list[float] = [c.get("level", c.get("concurrency")) or 0 for c in shown]
         for key, series in (("request_throughput", "req/s"), ("request_goodput", _("굿풋 req/s"))):
-            name = charts.series_name(run, series, runs)
+            name = plotting.series_name(run, series, runs)
             look = {"dash": "dot"} if key == "request_goodput" else {}  # often on top of req/s: still seen
             fig.add_trace(go.Scatter(x=levels, y=[c[key] for c in shown], name=name, line=look), 1, 1)
         for key, series in (
@@ -377,20 +381,20 @@ def chart(runs: Runs) -> dict[str, Any]:
             ("p99_ttft_ms", "TTFT p99"),
             ("median_tpot_ms", "TPOT p50"),
         ):
-            name = charts.series_name(run, f"{series} (ms)", runs)
+            name = plotting.series_name(run, f"{series} (ms)", runs)
             medians = [c[key] for c in shown]
-            bars = charts.interval_bars(shown, key)  # a median's 95 % interval; a p99 has none
+            bars = plotting.interval_bars(shown, key)  # a median's 95 % interval; a p99 has none
             fig.add_trace(go.Scatter(x=levels, y=medians, name=name, error_y=bars), 1, 2)
         slo = results.get("slo") or {}
         for key, label in (("ttft_ms", "SLO TTFT"), ("tpot_ms", "SLO TPOT")):
             if slo.get(key) and levels:
-                name = charts.series_name(run, f"{label} {slo[key]:g} ms", runs)
+                name = plotting.series_name(run, f"{label} {slo[key]:g} ms", runs)
                 line = go.Scatter(x=[min(levels), max(levels)], y=[slo[key]] * 2, mode="lines", name=name)
                 fig.add_trace(line.update(line={"dash": "dash"}), 1, 2)
     fig.update_xaxes(title_text=axis, type="log")
     fig.update_yaxes(title_text=_("처리량 (req/s)"), rangemode="tozero", row=1, col=1)
     fig.update_yaxes(title_text=_("시간 (ms, 로그 눈금)"), type="log", row=1, col=2)
-    return charts.done(fig)
+    return plotting.done(fig)
 
 
 def cell_label(cell: dict[str, Any]) -> str:

@@ -14,7 +14,7 @@ import httpx
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from bench import charts, runner, stats
+from bench import plotting, runner, stats
 from bench.kinds import rag_work, registry, speed
 from bench.kinds.cells import cell_summary, watched_cell
 from bench.kinds.checks import Check, all_ok, done_cells, noise_advice
@@ -138,7 +138,7 @@ async def measure(
 
 def chart(runs: Runs) -> dict[str, Any]:
     """Cold vs warm bars of TTFT, and the cached share of the prompt."""
-    fig = charts.bars(
+    fig = plotting.bars(
         runs,
         (_("TTFT 중앙값 (ms)"), _("캐시된 토큰 / 프롬프트 토큰")),
         ([("median_ttft_ms", "TTFT")], [("hit_rate", _("적중률"))]),

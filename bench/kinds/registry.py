@@ -23,8 +23,8 @@ from django.utils.translation import gettext as _
 from bench import configs
 from bench.kinds.checks import Check, disturbed_cells
 from bench.kinds.labs import Lab, Text
+from bench.plotting import Runs as Runs  # re-exported: what a kind's chart is drawn from
 
-Runs = list[tuple[str, dict[str, Any]]]  # (job name, its results), one entry per job drawn
 Widget = Literal["integer", "real", "integers", "reals", "choice", "jsonl"]
 SEED_MOST = 1 << 31
 

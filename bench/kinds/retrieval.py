@@ -16,7 +16,7 @@ from django.utils.text import format_lazy
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from bench import charts, configs, palette, runner
+from bench import configs, palette, plotting, runner
 from bench.kinds import rag_work, registry, speed
 from bench.kinds.cells import (
     cell_summary,
@@ -204,9 +204,9 @@ def chart(runs: Runs) -> dict[str, Any]:
     """TTFT against retrieved context tokens, one line per chunk size; TPOT stays flat."""
     import plotly.graph_objects as go
 
-    fig = charts.figure((_("문맥 토큰 대비 TTFT"), _("문맥 토큰 대비 TPOT")))
+    fig = plotting.figure((_("문맥 토큰 대비 TTFT"), _("문맥 토큰 대비 TPOT")))
     for index, (run, results) in enumerate(runs):
-        shown = charts.cells(results)
+        shown = plotting.cells(results)
         symbol = palette.RUN_SYMBOLS[index % len(palette.RUN_SYMBOLS)]  # jobs drawn together: one marker each
         for size in sorted({c["chunk_size"] for c in shown}):
             line = sorted((c for c in shown if c["chunk_size"] == size), key=lambda c: c["top_k"])
@@ -216,17 +216,17 @@ def chart(runs: Runs) -> dict[str, Any]:
                 (1, "median_ttft_ms", _("%(size)d자") % {"size": size}),
                 (2, "median_tpot_ms", _("TPOT %(size)d자") % {"size": size}),
             ):
-                name = charts.series_name(run, series, runs)
+                name = plotting.series_name(run, series, runs)
                 ys = [c[key] for c in line]
                 look = {"line": {"color": palette.chunk_colour(size)}, "marker": {"symbol": symbol}}
                 group = {"legendgroup": f"{run} {size}", "showlegend": column == 1}  # one colour, one key per size
-                bars = {"error_y": charts.interval_bars(line, key)}  # each median's 95 % interval
+                bars = {"error_y": plotting.interval_bars(line, key)}  # each median's 95 % interval
                 trace = go.Scatter(x=xs, y=ys, text=labels, mode="lines+markers", name=name, **look, **group, **bars)
                 fig.add_trace(trace, 1, column)
     fig.update_xaxes(title_text=_("검색해 넣은 문맥 토큰"))
     fig.update_yaxes(title_text="TTFT (ms)", row=1, col=1)
     fig.update_yaxes(title_text="TPOT (ms)", rangemode="tozero", row=1, col=2)
-    return charts.done(fig)
+    return plotting.done(fig)
 
 
 def cell_label(cell: dict[str, Any]) -> str:
@@ -373,7 +373,7 @@ def class_figure(points: TtftPoints) -> dict[str, Any] | None:
     fig.update_xaxes(title_text=_("검색해 넣은 문맥 토큰"))
     fig.update_yaxes(title_text="TTFT (ms)", rangemode="tozero")
     fig.update_layout(title_text=_("문맥 토큰에 따른 TTFT (학습자별)"))
-    return charts.done(fig, charts.CLASS_LAYOUT)
+    return plotting.done(fig, plotting.CLASS_LAYOUT)
 
 
 # --- Lab 4's prediction: TTFT at the largest top-k ------------------------------------------------

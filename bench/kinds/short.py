@@ -16,7 +16,7 @@ from typing import Any
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from bench import charts, configs, runner, stats
+from bench import configs, plotting, runner, stats
 from bench.kinds import rag_work, registry, speed
 from bench.kinds.cells import cell_summary, median, watched_cell
 from bench.kinds.checks import Check, all_ok, done_cells, not_applicable
@@ -205,7 +205,7 @@ async def measure(config: ShortConfig, *, base_url: str, model: str, reporter: R
 def chart(runs: Runs) -> dict[str, Any]:
     """Time per variant (TTFT and decode) beside how much of the evidence its answers hold."""
     names = {c["cell"]: variant_name(c["cell"]) for _run, results in runs for c in results.get("cells", [])}
-    return charts.bars(
+    return plotting.bars(
         runs,
         (_("시간 중앙값 (ms)"), _("답의 근거 포함률 (0-1)")),
         ([("median_ttft_ms", "TTFT"), ("median_decode_ms", _("디코드"))], [("answer_coverage", _("근거 포함률"))]),

@@ -13,7 +13,7 @@ from typing import Any
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from bench import charts
+from bench import plotting
 from bench.kinds import registry
 from bench.kinds.cells import number
 from bench.kinds.checks import Check, all_ok, noise_advice
@@ -91,9 +91,9 @@ def lengths_chart(runs: Runs) -> dict[str, Any]:
     """TTFT against input tokens and decode time against output tokens, with the fit lines where there are."""
     import plotly.graph_objects as go
 
-    fig = charts.figure((_("입력 토큰 대비 TTFT"), _("출력 토큰 대비 디코드 시간")))
+    fig = plotting.figure((_("입력 토큰 대비 TTFT"), _("출력 토큰 대비 디코드 시간")))
     for run, results in runs:
-        shown = charts.cells(results)
+        shown = plotting.cells(results)
         ttft_cells = [c for c in shown if c.get("sweep") != "output"]
         decode_cells = [c for c in shown if c.get("sweep") != "input"]
         panels = (
@@ -102,22 +102,22 @@ def lengths_chart(runs: Runs) -> dict[str, Any]:
         )
         for column, points, x_key, y_key, series, fit_key, shift in panels:
             xs = [c[x_key] for c in points]
-            name = charts.series_name(run, series, runs)
-            bars = charts.interval_bars(points, y_key)  # each median's 95 % interval
+            name = plotting.series_name(run, series, runs)
+            bars = plotting.interval_bars(points, y_key)  # each median's 95 % interval
             dots = go.Scatter(x=xs, y=[c[y_key] for c in points], mode="markers", name=name, error_y=bars)
             fig.add_trace(dots, 1, column)
             fit = (results.get("fits") or {}).get(fit_key)
             if fit and xs:
                 # Decode time is fitted against output - 1 (the first token comes with the prefill).
                 ends = [min(xs) - shift, max(xs) - shift]
-                fit_name = charts.series_name(run, _("직선 (r² %(r2).3f)") % {"r2": fit["r2"]}, runs)
+                fit_name = plotting.series_name(run, _("직선 (r² %(r2).3f)") % {"r2": fit["r2"]}, runs)
                 ys = [fit["slope"] * x + fit["intercept"] for x in ends]
                 line = go.Scatter(x=[x + shift for x in ends], y=ys, mode="lines", name=fit_name)
                 fig.add_trace(line, 1, column)
     fig.update_xaxes(title_text=_("입력 토큰"), row=1, col=1)
     fig.update_xaxes(title_text=_("출력 토큰"), row=1, col=2)
     fig.update_yaxes(title_text="ms")
-    return charts.done(fig)
+    return plotting.done(fig)
 
 
 # --- the terminal command ----------------------------------------------------------------
@@ -289,7 +289,7 @@ def class_figure(points: SpeedPoints) -> dict[str, Any] | None:
 
     if not points:
         return None
-    fig = charts.figure((_("프리필 속도 (tok/s)"), _("디코드 속도 (tok/s)")))
+    fig = plotting.figure((_("프리필 속도 (tok/s)"), _("디코드 속도 (tok/s)")))
     for engine, rows in sorted(points.items()):
         for column in (1, 2):
             kept = [(row[0], row[column]) for row in rows if row[column] is not None]
@@ -306,7 +306,7 @@ def class_figure(points: SpeedPoints) -> dict[str, Any] | None:
             )
             fig.add_trace(box, 1, column)
     fig.update_yaxes(rangemode="tozero")
-    return charts.done(fig, charts.CLASS_LAYOUT)
+    return plotting.done(fig, plotting.CLASS_LAYOUT)
 
 
 KIND = registry.register(

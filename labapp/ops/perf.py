@@ -22,6 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import django
+from django.conf import settings
+from django.core.management import call_command
+
+from labapp.ops.report import markdown, save
+from labapp.ops.stack import launch
+from labapp.ops.stack.components import cpu_has_fast_bf16, engine_dtype, served_model
+from rag import embeddings
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "labapp.settings")
 
@@ -29,8 +36,6 @@ Row = tuple[str, str, str]  # what, figure, command
 
 
 def _run(command: str, **options: Any) -> dict[str, Any] | list[Any]:
-    from django.core.management import call_command
-
     out = StringIO()
     call_command(command, json=True, stdout=out, **options)
     data: dict[str, Any] | list[Any] = json.loads(out.getvalue())
@@ -198,8 +203,6 @@ def recall_rows(quick: bool) -> list[Row]:
 
 def _record_labs(labs: str, folder: Path) -> None:
     """One default run of each lab in ``labs`` on the engine, saved to ``folder`` (``lab_reliability --save``)."""
-    from django.core.management import call_command
-
     call_command("lab_reliability", runs=1, labs=labs, save=folder, stdout=StringIO())
 
 
@@ -207,10 +210,9 @@ def _lab_results(quick: bool) -> tuple[Path | None, str]:
     """Where the gradebook's finished lab runs come from (None: the database's latest of each lab), and the
     command that made them for this table ('' if they were there before). On a machine where no lab has
     run yet, each lab runs once first (Labs 3, 5 and 6 alone with ``--quick``): a few minutes per lab."""
-    from django.conf import settings
-
+    # Imported here, after main's django.setup(): both import models.
     from labapp.labs.catalog import LABS
-    from labapp.management.commands.bench_gradebook import saved_results
+    from labapp.ops.measures.bench_gradebook import saved_results
 
     saved = Path(settings.DATA_DIR) / "perf" / "lab-results"
     wanted = [5, 3, 6] if quick else [5, 3, 6, 4, 1, 2]
@@ -254,11 +256,6 @@ def decode_rows(quick: bool) -> list[Row]:
 def machine_line() -> str:
     """What every figure of the table ran on: cores, the CPU's bf16 support, the engine's dtype and model,
     the embedding backend and the date."""
-    from django.conf import settings
-
-    from labapp.ops.stack.components import cpu_has_fast_bf16, engine_dtype, served_model
-    from rag import embeddings
-
     cpu = "avx512_bf16 or AMX" if cpu_has_fast_bf16() else "AVX2, no fast bf16"
     engine = (
         f"embedded {served_model()} in {engine_dtype(gpu=False)}" if settings.VLLM_EMBEDDED else settings.VLLM_BASE_URL
@@ -277,10 +274,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     django.setup()
-    from django.conf import settings
-    from django.core.management import call_command
-
-    from labapp.ops.stack import launch
 
     log_dir = Path(settings.DATA_DIR) / "perf" / "logs"
     sections: dict[str, Callable[[], list[Row]]] = {
@@ -314,12 +307,9 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for service in reversed(started):
             service.stop()
-    table = ["| what | measured | command |", "|---|---|---|"] + [f"| {a} | {b} | `{c}` |" for a, b, c in rows]
-    text = "\n".join([machine_line(), "", *table])
+    text = "\n".join([machine_line(), "", markdown(("what", "measured", "command"), rows, code_last=True)])
     print(text)
-    out = Path(settings.DATA_DIR) / "perf" / f"perf-{datetime.now():%Y%m%d-%H%M%S}.md"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text + "\n")
+    out = save(Path(settings.DATA_DIR) / "perf" / f"perf-{datetime.now():%Y%m%d-%H%M%S}.md", text)
     print(f"[perf] written to {out}")
     return 0
 

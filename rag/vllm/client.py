@@ -430,8 +430,16 @@ async def stream_request(
 
 
 async def count_tokens(texts: list[str], *, model: str, client: httpx.AsyncClient | None = None) -> list[int]:
-    """Token counts in the engine's own tokenizer (``/tokenize``, no special tokens added)."""
-    http = client or shared_client()
+    """Token counts in the engine's own tokenizer (``/tokenize``, no special tokens added).
+
+    Without ``client`` it opens a pool of its own and closes it before returning, not this loop's
+    shared one: its caller may be a sync view whose ``async_to_sync`` loop ends right after, which
+    would leave a shared client's session unclosed (reported as such when it is collected).
+    """
+    if client is None:
+        async with connect(base_url(), timeout=_SHORT) as http:
+            return await count_tokens(texts, model=model, client=http)
+    http = client
     try:
 
         async def one(text: str) -> int:

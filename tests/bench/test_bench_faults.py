@@ -26,24 +26,18 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
-from bench import jobrun, kinds, reaper, scripted_server, services, tasks
+from bench import jobrun, kinds, reaper, services, tasks
 from bench.engine_lock import ENGINE_LOCK_S, EngineBusy, engine_lock
 from bench.kinds.cells import cell_summary
 from bench.kinds.speed import SpeedConfig
 from bench.models import BenchJob
 from bench.reporting import Reporter
+from labapp.ops import scripted
 from labapp.ops.stack import components
 from labapp.ops.stack.__main__ import stop_tree
 from tests.settings import free_port
 
 SMALL = SpeedConfig(repeats=1, shapes=((20, 4), (60, 4), (20, 8)), check=(40, 6), seed=5)
-
-
-@pytest.fixture
-def fake() -> Iterator[tuple[scripted_server.Script, str]]:
-    script = scripted_server.Script(delay_s=0.001)
-    with scripted_server.serve(script) as url:
-        yield script, url
 
 
 @pytest.fixture
@@ -85,9 +79,9 @@ def new_job(owner: User, url: str, **fields: Any) -> BenchJob:
 
 @pytest.mark.django_db
 def test_an_engine_answering_500_mid_run_fails_the_job_with_the_reason_and_keeps_the_finished_requests(
-    fake: tuple[scripted_server.Script, str], small_jobs: None, monkeypatch: pytest.MonkeyPatch
+    scripted_engine: tuple[scripted.Script, str], small_jobs: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    script, url = fake
+    script, url = scripted_engine
     script.error_message = "CUDA error: an illegal memory access"
 
     def break_after_two(done: int) -> None:
@@ -110,8 +104,8 @@ def test_an_engine_answering_500_mid_run_fails_the_job_with_the_reason_and_keeps
 def test_an_engine_that_goes_away_mid_run_fails_the_job_naming_the_connection_error(
     small_jobs: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    script = scripted_server.Script(delay_s=0.001)
-    server = scripted_server.ThreadedServer(script)
+    script = scripted.Script(delay_s=0.001)
+    server = scripted.ThreadedServer(script)
     url = server.start()
 
     def vanish_after_two(done: int) -> None:
@@ -130,10 +124,10 @@ def test_an_engine_that_goes_away_mid_run_fails_the_job_naming_the_connection_er
 
 @pytest.mark.django_db
 def test_results_an_error_carries_are_kept_on_the_failed_job(
-    fake: tuple[scripted_server.Script, str], small_jobs: None, monkeypatch: pytest.MonkeyPatch
+    scripted_engine: tuple[scripted.Script, str], small_jobs: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The contract for a measurement that raises part-way: ``exc.partial_results`` is saved as the results."""
-    _, url = fake
+    _, url = scripted_engine
     partial = {"cells": [cell_summary([], input_tokens=20, output_tokens=4)], "cancelled": False}
 
     async def measure(kind: str, config: Any, **kwargs: Any) -> Any:
@@ -152,11 +146,11 @@ def test_results_an_error_carries_are_kept_on_the_failed_job(
 
 @pytest.mark.django_db
 def test_a_job_past_its_time_limit_stops_after_the_current_request_and_fails_keeping_what_it_measured(
-    fake: tuple[scripted_server.Script, str], small_jobs: None, monkeypatch: pytest.MonkeyPatch
+    scripted_engine: tuple[scripted.Script, str], small_jobs: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import asyncio
 
-    _, url = fake
+    _, url = scripted_engine
     monkeypatch.setattr(jobrun, "JOB_TIME_LIMIT_S", 1)
 
     async def slow_after_two(done: int) -> None:
@@ -172,9 +166,9 @@ def test_a_job_past_its_time_limit_stops_after_the_current_request_and_fails_kee
 
 @pytest.mark.django_db
 def test_a_request_hung_past_the_limit_is_cut_off_and_fails_the_job(
-    fake: tuple[scripted_server.Script, str], small_jobs: None, monkeypatch: pytest.MonkeyPatch
+    scripted_engine: tuple[scripted.Script, str], small_jobs: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    script, url = fake
+    script, url = scripted_engine
     script.stall_s = 3
     monkeypatch.setattr(jobrun, "JOB_TIME_LIMIT_S", 0.2)
     monkeypatch.setattr(jobrun, "HARD_LIMIT_GRACE_S", 0.3)
@@ -200,9 +194,9 @@ class CountingLease:
 
 @pytest.mark.django_db
 def test_the_heartbeat_beats_between_progress_reports_and_renews_the_engine_lock(
-    fake: tuple[scripted_server.Script, str], small_jobs: None, monkeypatch: pytest.MonkeyPatch
+    scripted_engine: tuple[scripted.Script, str], small_jobs: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    script, url = fake
+    script, url = scripted_engine
     script.delay_s = 0.05  # four pieces a request: 0.2 s each
     monkeypatch.setattr(jobrun, "HEARTBEAT_S", 0.05)
     job = new_job(User.objects.create(username="beat"), url)
@@ -295,9 +289,9 @@ def test_a_job_still_beating_elsewhere_is_not_started_twice(settings: Any) -> No
 
 @pytest.mark.django_db
 def test_a_lost_workers_job_starts_over_once_then_a_further_delivery_fails_it(
-    fake: tuple[scripted_server.Script, str], small_jobs: None, settings: Any
+    scripted_engine: tuple[scripted.Script, str], small_jobs: None, settings: Any
 ) -> None:
-    _, url = fake
+    _, url = scripted_engine
     settings.BENCH_STALE_S = 90
     owner = User.objects.create(username="attempts")
     old = timezone.now() - timedelta(seconds=200)
@@ -317,9 +311,9 @@ def test_a_lost_workers_job_starts_over_once_then_a_further_delivery_fails_it(
 
 @pytest.mark.django_db
 def test_a_run_whose_job_was_reaped_meanwhile_stops_and_leaves_the_row_as_the_reaper_left_it(
-    fake: tuple[scripted_server.Script, str], small_jobs: None, monkeypatch: pytest.MonkeyPatch
+    scripted_engine: tuple[scripted.Script, str], small_jobs: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    script, url = fake
+    script, url = scripted_engine
     job = new_job(User.objects.create(username="zombie"), url)
 
     async def reaped_at_two(done: int) -> None:
@@ -430,8 +424,8 @@ def stack(settings: Any, tmp_path: Path, shared_database: None) -> Iterator[Stac
     settings.DATA_DIR = str(tmp_path)
     settings.BENCH_STALE_S = 3
     component = components.redis()
-    script = scripted_server.Script(delay_s=0.3)  # 1.2 s a request: the job takes about six seconds
-    with scripted_server.serve(script) as engine_url:
+    script = scripted.Script(delay_s=0.3)  # 1.2 s a request: the job takes about six seconds
+    with scripted.serve(script) as engine_url:
         own = Stack(settings.REDIS_URL, Process(component.command, tmp_path / "redis.log"), engine_url, tmp_path)
         own.start_redis()
         try:

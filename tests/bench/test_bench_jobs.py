@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -10,29 +9,23 @@ from asgiref.sync import sync_to_async
 from django.contrib.auth.models import User
 from django.test import Client
 
-from bench import kinds, scripted_server, services
+from bench import kinds, services
 from bench.kinds import sweep
 from bench.kinds.cells import cell_summary, line_fit
 from bench.kinds.load import LoadConfig
 from bench.kinds.speed import SpeedConfig
 from bench.models import BenchJob
 from bench.reporting import ProgressReporter, Reporter
+from labapp.ops import scripted
 from tests import aio
 
 SMALL = SpeedConfig(repeats=1, shapes=((20, 4), (60, 4), (20, 8)), check=(40, 6), seed=5)
 
 
-@pytest.fixture
-def fake() -> Iterator[tuple[scripted_server.Script, str]]:
-    script = scripted_server.Script(delay_s=0.001)
-    with scripted_server.serve(script) as url:
-        yield script, url
-
-
 def test_the_speed_probe_measures_every_shape_with_exact_prompts_and_checks_the_estimate(
-    fake: tuple[scripted_server.Script, str],
+    scripted_engine: tuple[scripted.Script, str],
 ) -> None:
-    script, url = fake
+    script, url = scripted_engine
     seen: list[tuple[int, int, str]] = []
 
     async def progress(done: int, total: int, cell: str) -> bool:
@@ -56,8 +49,8 @@ def test_the_speed_probe_measures_every_shape_with_exact_prompts_and_checks_the_
     assert seen[-1][0] == seen[-1][1] == SMALL.total_requests
 
 
-def test_a_cancelled_probe_returns_what_it_measured(fake: tuple[scripted_server.Script, str]) -> None:
-    _, url = fake
+def test_a_cancelled_probe_returns_what_it_measured(scripted_engine: tuple[scripted.Script, str]) -> None:
+    _, url = scripted_engine
 
     async def progress(done: int, total: int, cell: str) -> bool:
         return done < 2
@@ -70,9 +63,9 @@ def test_a_cancelled_probe_returns_what_it_measured(fake: tuple[scripted_server.
 
 @pytest.mark.django_db
 def test_a_job_runs_to_done_and_a_dead_engine_fails_it_with_the_reason(
-    fake: tuple[scripted_server.Script, str], monkeypatch: pytest.MonkeyPatch
+    scripted_engine: tuple[scripted.Script, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _, url = fake
+    _, url = scripted_engine
     owner = User.objects.create(username="runner")
     monkeypatch.setattr(kinds, "config_for", lambda kind, raw, **options: SMALL)
     job = BenchJob.objects.create(owner=owner, kind="speed", config={"repeats": 1, "seed": 5}, engine_url=url)
@@ -90,9 +83,9 @@ def test_a_job_runs_to_done_and_a_dead_engine_fails_it_with_the_reason(
 
 @pytest.mark.django_db
 def test_a_cancel_request_stops_a_running_job_and_keeps_its_results(
-    fake: tuple[scripted_server.Script, str], monkeypatch: pytest.MonkeyPatch
+    scripted_engine: tuple[scripted.Script, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _, url = fake
+    _, url = scripted_engine
     owner = User.objects.create(username="canceller")
     monkeypatch.setattr(kinds, "config_for", lambda kind, raw, **options: SMALL)
     job = BenchJob.objects.create(owner=owner, kind="speed", config={"repeats": 1, "seed": 7}, engine_url=url)
@@ -157,14 +150,14 @@ def test_cancelling_a_queued_job_ends_it_at_once() -> None:
 
 
 def test_the_bench_command_prints_the_speeds_and_writes_json_and_csv(
-    fake: tuple[scripted_server.Script, str], monkeypatch: pytest.MonkeyPatch, settings: Any, tmp_path: Any
+    scripted_engine: tuple[scripted.Script, str], monkeypatch: pytest.MonkeyPatch, settings: Any, tmp_path: Any
 ) -> None:
     import json
     from io import StringIO
 
     from django.core.management import call_command
 
-    _, url = fake
+    _, url = scripted_engine
     settings.VLLM_BASE_URL = url
     settings.VLLM_MODEL = ""
     monkeypatch.setattr(kinds, "config_for", lambda kind, raw, **options: SMALL)
@@ -186,9 +179,9 @@ def test_a_line_fit_matches_hand_computed_values() -> None:
 
 
 def test_the_length_sweep_varies_one_length_at_a_time_and_fits_both_lines(
-    fake: tuple[scripted_server.Script, str],
+    scripted_engine: tuple[scripted.Script, str],
 ) -> None:
-    _, url = fake
+    _, url = scripted_engine
     config = sweep.SweepConfig(input_lengths=(20, 40, 80), fixed_output=4, output_lengths=(4, 8), fixed_input=20)
 
     async def progress(done: int, total: int, cell: str) -> bool:
@@ -224,8 +217,8 @@ def test_metrics_text_is_summed_over_labels_and_deltas_give_means_and_hit_rate()
     assert d["request_decode_time_mean_ms"] is None
 
 
-def test_each_cell_stores_the_servers_metrics_delta_and_peaks(fake: tuple[scripted_server.Script, str]) -> None:
-    _, url = fake
+def test_each_cell_stores_the_servers_metrics_delta_and_peaks(scripted_engine: tuple[scripted.Script, str]) -> None:
+    _, url = scripted_engine
 
     async def progress(done: int, total: int, cell: str) -> bool:
         return True
@@ -238,8 +231,8 @@ def test_each_cell_stores_the_servers_metrics_delta_and_peaks(fake: tuple[script
     assert server["prefix_cache_hit_rate"] == pytest.approx(0.16) and server["samples"] >= 1
 
 
-def test_a_server_without_metrics_still_runs_the_job(fake: tuple[scripted_server.Script, str]) -> None:
-    script, url = fake
+def test_a_server_without_metrics_still_runs_the_job(scripted_engine: tuple[scripted.Script, str]) -> None:
+    script, url = scripted_engine
     script.metrics = False
 
     async def progress(done: int, total: int, cell: str) -> bool:
@@ -296,9 +289,9 @@ def test_progress_is_pushed_to_the_owners_job_socket_only(settings: Any) -> None
 
 @pytest.mark.django_db
 def test_a_load_sweep_measures_each_concurrency_with_goodput_and_finds_the_best_level(
-    fake: tuple[scripted_server.Script, str], monkeypatch: pytest.MonkeyPatch
+    scripted_engine: tuple[scripted.Script, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    script, url = fake
+    script, url = scripted_engine
     script.delay_s = 0.01
     small = LoadConfig(concurrencies=(1, 2, 4), input_tokens=20, output_tokens=4, slo_ttft_ms=60_000)
     monkeypatch.setattr(kinds, "config_for", lambda kind, raw, **options: small)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -12,23 +11,12 @@ from django.contrib.auth.models import User
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
-from bench import charts, configs, exports, kinds, scripted_server, services, workloads
+from bench import charts, configs, exports, kinds, services, workloads
 from bench.kinds import rag_work, retrieval, session
 from bench.models import BenchJob
 from bench.reporting import ProgressReporter
+from labapp.ops import scripted
 from tests import aio
-
-
-@pytest.fixture
-def fake() -> Iterator[tuple[scripted_server.Script, str]]:
-    script = scripted_server.Script(delay_s=0.001)
-    with scripted_server.serve(script) as url:
-        yield script, url
-
-
-async def _keep_going(done: int, total: int, cell: str) -> bool:
-    return True
-
 
 # --- settings ---------------------------------------------------------------------------
 
@@ -138,11 +126,11 @@ def test_the_form_shows_the_error_at_its_field_and_creates_no_job(monkeypatch: p
 
 
 def test_shared_prefix_prompts_share_their_opening_and_differ_after_it(
-    fake: tuple[scripted_server.Script, str],
+    scripted_engine: tuple[scripted.Script, str],
 ) -> None:
     import httpx
 
-    _, url = fake
+    _, url = scripted_engine
 
     async def build() -> list[tuple[int, str]]:
         async with httpx.AsyncClient(base_url=url) as http:
@@ -158,12 +146,12 @@ def test_shared_prefix_prompts_share_their_opening_and_differ_after_it(
 
 
 def test_a_rate_sweep_labels_its_levels_and_a_custom_workload_sends_each_line(
-    fake: tuple[scripted_server.Script, str],
+    scripted_engine: tuple[scripted.Script, str],
 ) -> None:
-    script, url = fake
+    script, url = scripted_engine
     config = kinds.config_for("load", {"mode": "rate", "rates": "20, 40", "repeats": "1", "slo_ttft_ms": "60000"})
     results, cancelled = aio.run(
-        kinds.measure("load", config, base_url=url, model="fake-model", reporter=ProgressReporter(_keep_going))
+        kinds.measure("load", config, base_url=url, model="fake-model", reporter=ProgressReporter(aio.keep_going))
     )
     assert not cancelled and [c["request_rate"] for c in results["cells"]] == [20.0, 40.0]
     assert results["best_level"] == 40.0 and results["best_concurrency"] is None and results["model"] == "fake-model"
@@ -173,7 +161,7 @@ def test_a_rate_sweep_labels_its_levels_and_a_custom_workload_sends_each_line(
     config = kinds.config_for("load", raw)
     assert config.total_requests == 2
     script.requests.clear()
-    aio.run(kinds.measure("load", config, base_url=url, model="fake-model", reporter=ProgressReporter(_keep_going)))
+    aio.run(kinds.measure("load", config, base_url=url, model="fake-model", reporter=ProgressReporter(aio.keep_going)))
     sent = [r for r in script.requests if "max_tokens" in r and not r.get("prompt", "").startswith("warm-up")]
     assert sorted(r["max_tokens"] for r in sent) == [2, 3]
     assert any(r["prompt"].endswith("\none") for r in sent) and any(r["prompt"].endswith("\ntwo") for r in sent)
@@ -218,14 +206,14 @@ def _scripted_rag(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
 
 
 def test_the_retrieval_sweep_measures_every_top_k_and_chunk_size(
-    fake: tuple[scripted_server.Script, str], monkeypatch: pytest.MonkeyPatch
+    scripted_engine: tuple[scripted.Script, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _scripted_rag(monkeypatch)
-    script, url = fake
+    script, url = scripted_engine
     config = kinds.config_for("retrieval", {"questions": "2", "top_ks": "1, 3", "chunk_sizes": "200, 1000"})
     assert config.total_requests == 8
     results, _ = aio.run(
-        kinds.measure("retrieval", config, base_url=url, model="fake-model", reporter=ProgressReporter(_keep_going))
+        kinds.measure("retrieval", config, base_url=url, model="fake-model", reporter=ProgressReporter(aio.keep_going))
     )
     cells = results["cells"]
     assert [(c["chunk_size"], c["top_k"]) for c in cells] == [(200, 1), (200, 3), (1000, 1), (1000, 3)]
@@ -243,13 +231,13 @@ def test_the_retrieval_sweep_measures_every_top_k_and_chunk_size(
 
 
 def test_the_prefix_job_asks_each_context_four_ways_and_reports_the_reset(
-    fake: tuple[scripted_server.Script, str], monkeypatch: pytest.MonkeyPatch
+    scripted_engine: tuple[scripted.Script, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _scripted_rag(monkeypatch)
-    script, url = fake
+    script, url = scripted_engine
     config = kinds.config_for("prefix", {"contexts": "2", "top_k": "3", "chunk_size": "200"})
     results, _ = aio.run(
-        kinds.measure("prefix", config, base_url=url, model="fake-model", reporter=ProgressReporter(_keep_going))
+        kinds.measure("prefix", config, base_url=url, model="fake-model", reporter=ProgressReporter(aio.keep_going))
     )
     assert [c["cell"] for c in results["cells"]] == ["cold", "warm", "other_question", "reordered"]
     assert all(c["completed"] == 2 for c in results["cells"])
@@ -263,13 +251,13 @@ def test_the_prefix_job_asks_each_context_four_ways_and_reports_the_reset(
 
 
 def test_short_answers_vary_the_instruction_and_sweep_the_caps(
-    fake: tuple[scripted_server.Script, str], monkeypatch: pytest.MonkeyPatch
+    scripted_engine: tuple[scripted.Script, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calls = _scripted_rag(monkeypatch)
-    script, url = fake
+    script, url = scripted_engine
     config = kinds.config_for("short", {"questions": "1", "normal_tokens": "64", "caps": "8, 2, 4"})
     results, _ = aio.run(
-        kinds.measure("short", config, base_url=url, model="fake-model", reporter=ProgressReporter(_keep_going))
+        kinds.measure("short", config, base_url=url, model="fake-model", reporter=ProgressReporter(aio.keep_going))
     )
     assert {c["brief"] for c in calls} == {True, False}
     cells = {c["cell"]: c for c in results["cells"]}
@@ -282,10 +270,10 @@ def test_short_answers_vary_the_instruction_and_sweep_the_caps(
 
 
 def test_a_cancel_between_requests_keeps_the_finished_cells(
-    fake: tuple[scripted_server.Script, str], monkeypatch: pytest.MonkeyPatch
+    scripted_engine: tuple[scripted.Script, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _scripted_rag(monkeypatch)
-    _, url = fake
+    _, url = scripted_engine
 
     async def stop_after_three(done: int, total: int, cell: str) -> bool:
         return done < 3
@@ -363,13 +351,13 @@ def test_the_compare_page_overlays_jobs_of_one_kind_and_the_json_export_has_vllm
 
 
 def test_the_bench_command_takes_any_kinds_settings_and_refuses_bad_ones(
-    fake: tuple[scripted_server.Script, str], settings: Any, tmp_path: Any
+    scripted_engine: tuple[scripted.Script, str], settings: Any, tmp_path: Any
 ) -> None:
     from io import StringIO
 
     from django.core.management import CommandError, call_command
 
-    _, url = fake
+    _, url = scripted_engine
     settings.VLLM_BASE_URL, settings.VLLM_MODEL = url, ""
     out = StringIO()
     call_command(
@@ -423,10 +411,10 @@ def test_each_kinds_results_render_on_its_page(kind: str) -> None:
 
 @pytest.mark.django_db
 def test_finished_cells_are_on_the_row_while_the_job_still_runs(
-    fake: tuple[scripted_server.Script, str], monkeypatch: pytest.MonkeyPatch
+    scripted_engine: tuple[scripted.Script, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _scripted_rag(monkeypatch)
-    _, url = fake
+    _, url = scripted_engine
     owner = User.objects.create(username="partial-rows")
     config = {"questions": "1", "top_ks": "1, 2", "chunk_sizes": "200"}
     job = BenchJob.objects.create(owner=owner, kind="retrieval", config=config, engine_url=url)

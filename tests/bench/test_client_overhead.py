@@ -1,4 +1,4 @@
-"""The scripted server (bench/scripted_server.py) and the client-overhead command, without an engine.
+"""The scripted server (labapp/ops/scripted/) and the client-overhead command, without an engine.
 
 Sanity bounds only: the overheads are timings of this machine, and the tests
 claim nothing about them beyond "not negative" and "not absurd".
@@ -16,8 +16,9 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from bench import runner, scripted_server
-from bench.management.commands.bench_client_overhead import threshold_ms
+from bench import runner
+from labapp.ops import scripted
+from labapp.ops.measures.bench_client_overhead import threshold_ms
 from rag.vllm import client as vllm_client
 from rag.vllm.records import RequestRecord
 from tests import aio
@@ -27,7 +28,7 @@ TTFT_MS, ITL_MS = 30.0, 5.0
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
-    with scripted_server.spawn(ttft_ms=TTFT_MS, itl_ms=ITL_MS) as url:
+    with scripted.spawn(ttft_ms=TTFT_MS, itl_ms=ITL_MS) as url:
         yield url
 
 

@@ -9,7 +9,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from bench.management.commands.bench_client_race import report_lines, split
+from labapp.ops.measures.bench_client_race import report_lines, split
 
 
 def test_the_added_ttft_splits_into_send_server_and_receive() -> None:

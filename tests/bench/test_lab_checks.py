@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import httpx
@@ -20,7 +20,7 @@ from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.test import Client
 
-from bench import kinds, scripted_server
+from bench import kinds
 from bench.kinds import registry, retrieval, short, sweep
 from bench.kinds.cells import watched_cell
 from bench.kinds.checks import all_passed
@@ -32,6 +32,7 @@ from bench.kinds.speed import SpeedConfig
 from bench.kinds.sweep import SweepConfig
 from bench.models import BenchJob
 from bench.reporting import ProgressReporter
+from labapp.ops import scripted
 from rag.vllm import server_metrics
 from tests import aio
 
@@ -415,26 +416,15 @@ def test_the_metrics_watch_finds_requests_beyond_the_cells_own() -> None:
     assert merged["peak_busy"] == 3 and watched_cell({}, merged)["extra_requests"] == 2
 
 
-@pytest.fixture
-def fake() -> Iterator[tuple[scripted_server.Script, str]]:
-    script = scripted_server.Script(delay_s=0.001)
-    with scripted_server.serve(script) as url:
-        yield script, url
-
-
-async def _keep_going(done: int, total: int, cell: str) -> bool:
-    return True
-
-
 SMALL = SpeedConfig(repeats=1, shapes=((20, 4), (60, 4), (20, 8)), check=(40, 6), seed=3)
 
 
 @pytest.mark.django_db
 def test_a_cell_measured_beside_other_traffic_is_marked_and_shown(
-    fake: tuple[scripted_server.Script, str], monkeypatch: pytest.MonkeyPatch
+    scripted_engine: tuple[scripted.Script, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _, url = fake
-    reporter = ProgressReporter(_keep_going)
+    _, url = scripted_engine
+    reporter = ProgressReporter(aio.keep_going)
     alone, _ = aio.run(kinds.measure("speed", SMALL, base_url=url, model="fake-model", reporter=reporter))
     assert [c["disturbed"] for c in alone["cells"]] == [False] * 4
     assert _checked("speed", (alone, SpeedConfig()))[QUIET].passed
@@ -474,13 +464,13 @@ def _others_running(monkeypatch: pytest.MonkeyPatch, extra: float) -> None:
     ],
 )
 def test_every_kinds_cells_carry_the_mark(
-    kind: str, raw: dict[str, Any], fake: tuple[scripted_server.Script, str], monkeypatch: pytest.MonkeyPatch
+    kind: str, raw: dict[str, Any], scripted_engine: tuple[scripted.Script, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from tests.bench.test_bench_labs import _scripted_rag
 
     _scripted_rag(monkeypatch)
-    _, url = fake
-    config, reporter = kinds.config_for(kind, raw), ProgressReporter(_keep_going)
+    _, url = scripted_engine
+    config, reporter = kinds.config_for(kind, raw), ProgressReporter(aio.keep_going)
     if kind != "load":  # a load level's own in flight varies with the scheduling; only the marked run is pinned
         alone, _ = aio.run(kinds.measure(kind, config, base_url=url, model="fake-model", reporter=reporter))
         assert alone["cells"] and all(c["disturbed"] is False for c in alone["cells"])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from bench.kinds.checks import Check
-from bench.management.commands.lab_reliability import RunOutcome, table_lines, tally
+from labapp.ops.measures.lab_reliability import RunOutcome, table_lines, tally
 
 
 def _run(lab: int, seconds: float, *failed: tuple[str, str], error: str = "") -> RunOutcome:

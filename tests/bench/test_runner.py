@@ -1,4 +1,4 @@
-"""The load generator against a scripted OpenAI-compatible server (tests/scripted_server.py)."""
+"""The load generator against a scripted OpenAI-compatible server (labapp/ops/scripted/)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ import statistics
 
 import pytest
 
-from bench import exports, runner, scripted_server
+from bench import exports, runner
 from bench.metrics import summarize
 from bench.runner import LoadShape, RequestSpec
+from labapp.ops import scripted
 from tests import aio
 
 VLLM_BENCH_KEYS = (
@@ -42,15 +43,15 @@ def test_a_bad_load_shape_is_refused(bad: dict[str, float]) -> None:
         LoadShape(**bad)  # type: ignore[arg-type]
 
 
-def _run(script: scripted_server.Script, shape: LoadShape, n: int = 6, warmup: int = 0) -> runner.RunResult:
-    with scripted_server.serve(script) as url:
+def _run(script: scripted.Script, shape: LoadShape, n: int = 6, warmup: int = 0) -> runner.RunResult:
+    with scripted.serve(script) as url:
         specs = [RequestSpec(prompt=f"{i} 프롬프트 " * 20, max_tokens=4) for i in range(n)]
         warm = [RequestSpec(prompt=f"warm {i}", max_tokens=4) for i in range(warmup)]
         return aio.run(runner.run(specs, base_url=url, model="fake-model", shape=shape, warmup=warm))
 
 
 def test_a_fixed_concurrency_caps_requests_in_flight_and_shows_client_queueing() -> None:
-    script = scripted_server.Script(delay_s=0.05)
+    script = scripted.Script(delay_s=0.05)
     result = _run(script, LoadShape(concurrency=2), n=6, warmup=1)
     assert len(result.warmup) == 1 and len(script.requests) == 7
     assert all(r.success for r in result.records) and result.max_concurrent == 2
@@ -61,7 +62,7 @@ def test_a_fixed_concurrency_caps_requests_in_flight_and_shows_client_queueing()
 
 
 def test_a_request_rate_sends_each_request_no_earlier_than_due() -> None:
-    result = _run(scripted_server.Script(delay_s=0.0), LoadShape(request_rate=20, seed=1), n=8)
+    result = _run(scripted.Script(delay_s=0.0), LoadShape(request_rate=20, seed=1), n=8)
     for record in result.records:
         assert record.t_scheduled is not None and record.t_send >= record.t_scheduled
     offsets = runner.arrival_offsets(8, LoadShape(request_rate=20, seed=1))
@@ -69,7 +70,7 @@ def test_a_request_rate_sends_each_request_no_earlier_than_due() -> None:
 
 
 def test_failed_requests_are_recorded_and_the_run_still_ends() -> None:
-    result = _run(scripted_server.Script(status=500, error_message="engine exploded"), LoadShape(concurrency=3), n=4)
+    result = _run(scripted.Script(status=500, error_message="engine exploded"), LoadShape(concurrency=3), n=4)
     assert [r.success for r in result.records] == [False] * 4
     assert all("engine exploded" in (r.error or "") for r in result.records)
     assert summarize(result.records, duration=result.duration)["failed"] == 4
@@ -77,9 +78,9 @@ def test_failed_requests_are_recorded_and_the_run_still_ends() -> None:
 
 def test_the_export_has_every_vllm_bench_serve_key_and_a_csv_row_per_request() -> None:
     shape = LoadShape(concurrency=2)
-    result = _run(scripted_server.Script(), shape, n=3)
+    result = _run(scripted.Script(), shape, n=3)
     summary = summarize(result.records, duration=result.duration, peak_in_flight=result.max_concurrent)
-    data = runner.result_json(result, summary, model="fake-model", shape=shape)
+    data = exports.result_json(result, summary, model="fake-model", shape=shape)
     missing = [key for key in VLLM_BENCH_KEYS if key not in data]
     assert not missing, missing
     assert data["request_rate"] == "inf" and data["max_concurrency"] == 2 and data["completed"] == 3

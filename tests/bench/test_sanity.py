@@ -8,10 +8,11 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from bench import kinds, runner, sanity, scripted_server, services
+from bench import kinds, runner, sanity, services
 from bench.kinds import load
 from bench.kinds.load import LoadConfig
 from bench.models import BenchJob
+from labapp.ops import scripted
 from rag.vllm.records import RequestRecord
 
 
@@ -102,7 +103,7 @@ def _measured(
     """A load job with ``config`` on a scripted server in its own process; the job and its page as its owner."""
     monkeypatch.setattr(kinds, "config_for", lambda kind, raw, **options: config)
     owner = User.objects.create(username=username)
-    with scripted_server.spawn(ttft_ms=20, itl_ms=20, max_streams=max_streams) as url:
+    with scripted.spawn(ttft_ms=20, itl_ms=20, max_streams=max_streams) as url:
         job = BenchJob.objects.create(owner=owner, kind="load", config={"repeats": 1}, engine_url=url)
         done = services.job_execute(job_id=job.pk)
     assert done.status == BenchJob.Status.DONE, done.error

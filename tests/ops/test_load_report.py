@@ -64,7 +64,7 @@ def test_a_first_question_that_failed_fails_the_run_by_name() -> None:
 def test_the_first_question_is_asked_on_its_own_thread_and_knows_whether_the_round_was_still_running(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from bench.management.commands import bench_retrieval_scale
+    from labapp.ops.measures import bench_retrieval_scale
 
     asked: list[tuple[str, str, str]] = []
     monkeypatch.setattr(bench_retrieval_scale, "prepare", lambda n: {"collection": f"perf-scale-{n}", "fill_s": 0.0})
@@ -89,7 +89,7 @@ def test_the_first_question_is_asked_on_its_own_thread_and_knows_whether_the_rou
 
 
 def test_a_collection_that_cannot_be_prepared_is_reported_and_nothing_is_asked(monkeypatch: pytest.MonkeyPatch) -> None:
-    from bench.management.commands import bench_retrieval_scale
+    from labapp.ops.measures import bench_retrieval_scale
 
     def prepare(_n: int) -> dict[str, Any]:
         raise ConnectionError("chroma at 127.0.0.1:9 refused")

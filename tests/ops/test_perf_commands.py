@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import struct
-from collections.abc import Iterator
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -12,8 +11,8 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 
-from bench import scripted_server
-from bench.management.commands import bench_decode_bound
+from labapp.ops import scripted
+from labapp.ops.measures import bench_decode_bound
 
 
 def _safetensors(path: Path, tensors: dict[str, list[int]]) -> None:
@@ -24,9 +23,13 @@ def _safetensors(path: Path, tensors: dict[str, list[int]]) -> None:
 
 
 @pytest.fixture
-def fake() -> Iterator[str]:
-    with scripted_server.serve(scripted_server.Script(delay_s=0.002, pieces=["a"] * 12)) as url:
-        yield url
+def engine_script() -> scripted.Script:
+    return scripted.Script(delay_s=0.002, pieces=["a"] * 12)
+
+
+@pytest.fixture
+def fake(scripted_engine: tuple[scripted.Script, str]) -> str:
+    return scripted_engine[1]
 
 
 def test_parameters_are_counted_from_the_safetensors_headers(tmp_path: Path) -> None:

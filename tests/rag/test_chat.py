@@ -19,8 +19,8 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.test import Client
 
-from bench import scripted_server
 from labapp.asgi import application
+from labapp.ops import scripted
 from rag import chat, conversations, prompting, retrieval
 from rag.access import CollectionRef
 from rag.models import Answer, Conversation
@@ -48,20 +48,26 @@ CHUNKS = [
 
 
 @pytest.fixture
-def fake(settings: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[scripted_server.Script]:
-    script = scripted_server.Script()
-    with scripted_server.serve(script) as url:
-        settings.VLLM_BASE_URL = url
-        settings.VLLM_MODEL = ""
-        settings.CHAT_TIMEOUT_S = 5
-        chat.engine_cache_clear()
-        vllm_client._chat_template.clear()
+def engine_script() -> scripted.Script:
+    return scripted.Script()
 
-        def retrieve(question: str, *, top_k: int, **kwargs: Any) -> retrieval.RetrievalResult:
-            return retrieval.RetrievalResult(chunks=CHUNKS[:top_k], embed_ms=3.0, search_ms=2.0)
 
-        monkeypatch.setattr(retrieval, "retrieve", retrieve)
-        yield script
+@pytest.fixture
+def fake(
+    settings: Any, monkeypatch: pytest.MonkeyPatch, scripted_engine: tuple[scripted.Script, str]
+) -> Iterator[scripted.Script]:
+    script, url = scripted_engine
+    settings.VLLM_BASE_URL = url
+    settings.VLLM_MODEL = ""
+    settings.CHAT_TIMEOUT_S = 5
+    chat.engine_cache_clear()
+    vllm_client._chat_template.clear()
+
+    def retrieve(question: str, *, top_k: int, **kwargs: Any) -> retrieval.RetrievalResult:
+        return retrieval.RetrievalResult(chunks=CHUNKS[:top_k], embed_ms=3.0, search_ms=2.0)
+
+    monkeypatch.setattr(retrieval, "retrieve", retrieve)
+    yield script
     chat.engine_cache_clear()
 
 
@@ -92,7 +98,7 @@ def _ask(question: str = "프리필이란?", **settings: Any) -> dict[str, Any]:
     return {"type": "ask", "id": "q1", "question": question, "settings": settings}
 
 
-def test_an_answer_streams_token_by_token_and_is_saved_with_every_panel_number(fake: scripted_server.Script) -> None:
+def test_an_answer_streams_token_by_token_and_is_saved_with_every_panel_number(fake: scripted.Script) -> None:
     cookie = _cookie()
 
     async def go() -> list[dict[str, Any]]:
@@ -131,7 +137,7 @@ def test_an_answer_streams_token_by_token_and_is_saved_with_every_panel_number(f
 
 
 def test_the_answers_row_is_written_only_after_the_search_and_each_step_before_vllm_is_timed(
-    fake: scripted_server.Script, monkeypatch: pytest.MonkeyPatch
+    fake: scripted.Script, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The question is searched on a thread of its own, and the answer's row is written only after
     the search is in (and vLLM asked): a write beside the search held the GIL when the search ended and
@@ -173,7 +179,7 @@ def test_the_answers_row_is_written_only_after_the_search_and_each_step_before_v
 
 
 def test_vllm_is_asked_before_the_answers_row_is_written_and_its_frames_wait_for_started(
-    fake: scripted_server.Script, monkeypatch: pytest.MonkeyPatch
+    fake: scripted.Script, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The row's write is off the path to the first token: it may finish after the request went out,
     and the answer's frames still come after "started" (which carries the row's id)."""
@@ -202,7 +208,7 @@ def test_vllm_is_asked_before_the_answers_row_is_written_and_its_frames_wait_for
 
 
 def test_an_ask_whose_row_is_refused_stops_its_answer_and_saves_nothing(
-    fake: scripted_server.Script, monkeypatch: pytest.MonkeyPatch
+    fake: scripted.Script, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The limit is checked again under a lock when the row is written; losing that race (here: a
     refusal after vLLM was asked) stops the answer and its request, and reports why."""
@@ -234,7 +240,7 @@ def test_an_ask_whose_row_is_refused_stops_its_answer_and_saves_nothing(
 
 
 def test_the_panel_says_when_the_question_was_not_embedded(
-    fake: scripted_server.Script, monkeypatch: pytest.MonkeyPatch
+    fake: scripted.Script, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A Korean question with the English-only bundled model: BM25 alone, and the saved timings say so."""
 
@@ -249,7 +255,7 @@ def test_the_panel_says_when_the_question_was_not_embedded(
 
 
 def test_with_chroma_down_the_panel_shows_no_embedding_time_and_the_notice(
-    fake: scripted_server.Script, monkeypatch: pytest.MonkeyPatch
+    fake: scripted.Script, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A hybrid search that went on without Chroma embedded nothing: no embedding time is saved (the
     panel shows "—", not 0 ms), the search time is, and the notice names the cause."""
@@ -284,7 +290,7 @@ def _answers(cookie: bytes, n: int = 1) -> list[list[dict[str, Any]]]:
 
 
 def test_the_estimate_takes_the_learners_lab_1_run_on_the_answering_engine_never_chat_answers(
-    fake: scripted_server.Script, settings: Any
+    fake: scripted.Script, settings: Any
 ) -> None:
     from bench.models import BenchJob
 
@@ -313,13 +319,13 @@ def test_the_estimate_takes_the_learners_lab_1_run_on_the_answering_engine_never
 
 
 def test_the_chat_answers_on_the_engine_picked_on_the_engines_page_and_the_card_names_it(
-    fake: scripted_server.Script, settings: Any
+    fake: scripted.Script, settings: Any
 ) -> None:
     from bench import engines
     from bench.models import BenchJob, Engine
 
-    other = scripted_server.Script(pieces=["GPU", " 답변"])
-    with scripted_server.serve(other) as other_url:
+    other = scripted.Script(pieces=["GPU", " 답변"])
+    with scripted.serve(other) as other_url:
         secret_url = other_url.replace("http://", "http://tutor:s3cret@")  # an address with credentials
         learner = User.objects.get_or_create(username="picker")[0]
         Engine.objects.create(name="GPU 상자", base_url=secret_url, added_by=learner)
@@ -342,7 +348,7 @@ def test_the_chat_answers_on_the_engine_picked_on_the_engines_page_and_the_card_
     assert "s3cret" not in json.dumps(frames)
 
 
-def test_without_a_pick_the_configured_engine_answers_and_is_named(fake: scripted_server.Script, settings: Any) -> None:
+def test_without_a_pick_the_configured_engine_answers_and_is_named(fake: scripted.Script, settings: Any) -> None:
     (frames,) = _answers(_cookie())
     assert frames[-1]["answer"]["timings"]["engine"] == {"name": "기본 엔진", "url": settings.VLLM_BASE_URL}
 
@@ -365,7 +371,7 @@ def test_without_a_pick_the_configured_engine_answers_and_is_named(fake: scripte
     ],
 )
 def test_a_bad_frame_gets_a_clear_error_the_socket_stays_open_and_nothing_is_saved(
-    fake: scripted_server.Script, frame: str, words: str
+    fake: scripted.Script, frame: str, words: str
 ) -> None:
     cookie = _cookie()
 
@@ -386,7 +392,7 @@ def test_a_bad_frame_gets_a_clear_error_the_socket_stays_open_and_nothing_is_sav
     assert fake.requests == []
 
 
-def test_an_unauthenticated_socket_or_a_foreign_origin_is_refused_before_any_work(fake: scripted_server.Script) -> None:
+def test_an_unauthenticated_socket_or_a_foreign_origin_is_refused_before_any_work(fake: scripted.Script) -> None:
     cookie = _cookie()
 
     async def go() -> tuple[Any, Any]:
@@ -400,7 +406,7 @@ def test_an_unauthenticated_socket_or_a_foreign_origin_is_refused_before_any_wor
     assert fake.requests == []
 
 
-def _stream_then(action: str, fake: scripted_server.Script) -> tuple[list[dict[str, Any]], Answer]:
+def _stream_then(action: str, fake: scripted.Script) -> tuple[list[dict[str, Any]], Answer]:
     fake.pieces = [f" 조각{n}" for n in range(200)]
     fake.delay_s = 0.05
     cookie = _cookie()
@@ -429,7 +435,7 @@ def _stream_then(action: str, fake: scripted_server.Script) -> tuple[list[dict[s
 
 @pytest.mark.parametrize("action", ["stop", "close"])
 def test_stop_or_a_closed_tab_cancels_the_upstream_request_and_keeps_the_partial_answer(
-    fake: scripted_server.Script, action: str
+    fake: scripted.Script, action: str
 ) -> None:
     frames, answer = _stream_then(action, fake)
     assert answer.status == Answer.Status.STOPPED
@@ -441,7 +447,7 @@ def test_stop_or_a_closed_tab_cancels_the_upstream_request_and_keeps_the_partial
 
 
 def test_a_tab_closed_while_its_question_is_searched_still_leaves_the_answers_row(
-    fake: scripted_server.Script, monkeypatch: pytest.MonkeyPatch
+    fake: scripted.Script, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The row waits for vLLM to be asked; a tab closed before that (during the search) loses nothing:
     the socket reads the close only once the row is written, the answer then stops, and its row keeps
@@ -479,7 +485,7 @@ def test_a_tab_closed_while_its_question_is_searched_still_leaves_the_answers_ro
     assert fake.disconnected.wait(5), "the request sent to vLLM was not closed"
 
 
-def _failed_answer(fake: scripted_server.Script, **settings: Any) -> dict[str, Any]:
+def _failed_answer(fake: scripted.Script, **settings: Any) -> dict[str, Any]:
     cookie = _cookie()
 
     async def go() -> dict[str, Any]:
@@ -494,7 +500,7 @@ def _failed_answer(fake: scripted_server.Script, **settings: Any) -> dict[str, A
     return aio.run(go())
 
 
-def test_an_engine_400_says_why_and_is_not_retried(fake: scripted_server.Script) -> None:
+def test_an_engine_400_says_why_and_is_not_retried(fake: scripted.Script) -> None:
     fake.status = 400
     fake.error_message = "This model's maximum context length is 8192 tokens."
     answer = _failed_answer(fake)
@@ -503,7 +509,7 @@ def test_an_engine_400_says_why_and_is_not_retried(fake: scripted_server.Script)
     assert len(fake.requests) == 1
 
 
-def test_a_stalled_engine_fails_within_the_chat_timeout(fake: scripted_server.Script, settings: Any) -> None:
+def test_a_stalled_engine_fails_within_the_chat_timeout(fake: scripted.Script, settings: Any) -> None:
     settings.CHAT_TIMEOUT_S = 1
     fake.stall_s = 4
     started = time.monotonic()
@@ -512,7 +518,7 @@ def test_a_stalled_engine_fails_within_the_chat_timeout(fake: scripted_server.Sc
     assert time.monotonic() - started < 4
 
 
-def test_a_dead_engine_is_named_in_the_error(fake: scripted_server.Script, settings: Any) -> None:
+def test_a_dead_engine_is_named_in_the_error(fake: scripted.Script, settings: Any) -> None:
     from tests.settings import free_port
 
     settings.VLLM_BASE_URL = f"http://127.0.0.1:{free_port()}"
@@ -521,7 +527,7 @@ def test_a_dead_engine_is_named_in_the_error(fake: scripted_server.Script, setti
 
 
 def test_an_engine_gone_after_its_info_was_cached_is_named_and_the_next_ask_checks_it_again(
-    fake: scripted_server.Script, settings: Any
+    fake: scripted.Script, settings: Any
 ) -> None:
     from tests.settings import free_port
 
@@ -535,7 +541,7 @@ def test_an_engine_gone_after_its_info_was_cached_is_named_and_the_next_ask_chec
 
 
 def test_chroma_down_answers_without_sources_and_says_retrieval_is_unavailable(
-    fake: scripted_server.Script, monkeypatch: pytest.MonkeyPatch
+    fake: scripted.Script, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def down(*args: Any, **kwargs: Any) -> retrieval.RetrievalResult:
         raise RetrievalUnavailable("Chroma at http://127.0.0.1:1 is unreachable")
@@ -549,7 +555,7 @@ def test_chroma_down_answers_without_sources_and_says_retrieval_is_unavailable(
 
 
 def test_an_empty_collection_answers_with_no_sources_and_says_so(
-    fake: scripted_server.Script, monkeypatch: pytest.MonkeyPatch
+    fake: scripted.Script, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(retrieval, "retrieve", lambda *a, **k: retrieval.RetrievalResult(chunks=[]))
     answer = _failed_answer(fake)
@@ -557,7 +563,7 @@ def test_an_empty_collection_answers_with_no_sources_and_says_so(
 
 
 def test_a_prompt_over_the_model_length_is_trimmed_beforehand_and_the_panel_says_so(
-    fake: scripted_server.Script,
+    fake: scripted.Script,
 ) -> None:
     fake.max_model_len = 400  # the fake counts a token per 3 bytes; 4 chunks do not fit
     answer = _failed_answer(fake, top_k=4, max_tokens=64)
@@ -568,7 +574,7 @@ def test_a_prompt_over_the_model_length_is_trimmed_beforehand_and_the_panel_says
     assert len(fake.requests[-1]["prompt"].encode()) // 3 + 64 <= 400
 
 
-def test_a_model_with_a_chat_template_is_asked_through_chat_completions(fake: scripted_server.Script) -> None:
+def test_a_model_with_a_chat_template_is_asked_through_chat_completions(fake: scripted.Script) -> None:
     fake.chat_template = True
     answer = _failed_answer(fake)
     assert answer["timings"]["api"] == "chat"
@@ -576,7 +582,7 @@ def test_a_model_with_a_chat_template_is_asked_through_chat_completions(fake: sc
 
 
 def test_ask_again_links_the_new_answer_to_the_first_and_browser_timing_gives_the_overhead(
-    fake: scripted_server.Script,
+    fake: scripted.Script,
 ) -> None:
     cookie = _cookie()
 
@@ -605,7 +611,7 @@ def test_ask_again_links_the_new_answer_to_the_first_and_browser_timing_gives_th
     assert second.timings["websocket_overhead_ms"] == 4.5
 
 
-def test_another_users_conversation_cannot_be_continued(fake: scripted_server.Script) -> None:
+def test_another_users_conversation_cannot_be_continued(fake: scripted.Script) -> None:
     owner = User.objects.create(username="owner")
     theirs = Conversation.objects.create(owner=owner, title="theirs")
     cookie = _cookie("intruder")
@@ -622,7 +628,7 @@ def test_another_users_conversation_cannot_be_continued(fake: scripted_server.Sc
     assert Answer.objects.count() == 0
 
 
-def test_saved_answers_are_reopened_escaped_and_only_by_their_owner(fake: scripted_server.Script) -> None:
+def test_saved_answers_are_reopened_escaped_and_only_by_their_owner(fake: scripted.Script) -> None:
     owner = User.objects.create(username="owner")
     conversation = Conversation.objects.create(owner=owner, title="<b>제목</b>")
     Answer.objects.create(
@@ -641,7 +647,7 @@ def test_saved_answers_are_reopened_escaped_and_only_by_their_owner(fake: script
     assert other.get(f"/chat/{conversation.pk}/").status_code == 404
 
 
-def test_asyncio_tasks_do_not_leak_after_the_socket_closes(fake: scripted_server.Script) -> None:
+def test_asyncio_tasks_do_not_leak_after_the_socket_closes(fake: scripted.Script) -> None:
     cookie = _cookie()
 
     async def go() -> int:
@@ -656,7 +662,7 @@ def test_asyncio_tasks_do_not_leak_after_the_socket_closes(fake: scripted_server
     assert aio.run(go()) == 0
 
 
-def test_a_class_collection_is_offered_to_its_members_only(fake: scripted_server.Script) -> None:
+def test_a_class_collection_is_offered_to_its_members_only(fake: scripted.Script) -> None:
     from labapp.models import Classroom, Membership
 
     classroom = Classroom.objects.create(name="실습반", join_code="abc")
@@ -682,7 +688,7 @@ def test_a_class_collection_is_offered_to_its_members_only(fake: scripted_server
     assert f'value="{key}"' in member.get("/chat/").content.decode()
 
 
-def test_the_chat_page_draws_compact_cards_with_the_question_box_in_reach(fake: scripted_server.Script) -> None:
+def test_the_chat_page_draws_compact_cards_with_the_question_box_in_reach(fake: scripted.Script) -> None:
     from rag.views import chat_labels
 
     client = Client()

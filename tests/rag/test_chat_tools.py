@@ -14,7 +14,7 @@ from django.contrib.auth.models import User
 from django.core.management import call_command
 
 from labapp.accounts import local_user
-from rag.management.commands import chat_overhead
+from labapp.ops.measures import chat_overhead
 from rag.models import Answer, Conversation
 
 pytestmark = pytest.mark.django_db

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import codecs
 import dataclasses
+import gc
 import io
 from collections.abc import Callable
 from typing import Any
 from unittest import mock
 
+import aiohttp
 import pytest
 from django.contrib.auth.models import User
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
+from labapp.ops import scripted
 from rag import chunking, retrieval, services, vectorstore
 from rag.access import user_collection_name
 from rag.documents import MAX_BYTES, DocumentRejected, document_text
@@ -646,3 +649,21 @@ def test_the_retrieval_form_validates_top_k_and_collection(learner_client: Clien
     assert 'role="alert"' in foreign
     blank = learner_client.get("/retrieval/")
     assert blank.status_code == 200 and 'role="alert"' not in blank.content.decode()
+
+
+def _open_aiohttp_sessions() -> set[int]:
+    gc.collect()
+    return {id(o) for o in gc.get_objects() if isinstance(o, aiohttp.ClientSession) and not o.closed}
+
+
+@pytest.mark.django_db
+def test_the_preview_counts_tokens_on_the_engine_and_leaves_no_connection_pool_open(
+    learner_client: Client, learner: User, settings: Any, scripted_engine: tuple[scripted.Script, str]
+) -> None:
+    # The view counts inside async_to_sync's loop, which ends with the request: a pool left open in
+    # it was reported as "Unclosed client session" when collected, at the end of every test run.
+    settings.VLLM_BASE_URL, settings.VLLM_MODEL = scripted_engine[1], ""
+    before = _open_aiohttp_sessions()
+    body = learner_client.get(f"/documents/{document(learner, text='가' * 1200).pk}/preview/?size=500").content
+    assert b"fake-model" in body and b'<td class="tokens">' in body and "vLLM 연결 불가".encode() not in body
+    assert _open_aiohttp_sessions() - before == set()

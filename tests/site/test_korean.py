@@ -27,13 +27,14 @@ from django.test import Client, RequestFactory
 from django.utils import translation
 from django.views import defaults
 
-from bench import kinds, scripted_server
+from bench import kinds
 from bench.kinds import registry
 from bench.models import BenchJob
 from bench.reporting import ProgressReporter
 from labapp.classes import services as class_services
 from labapp.labs.catalog import LABS
 from labapp.models import ChapterSection, Membership
+from labapp.ops import scripted
 from labapp.templatetags.lab_markdown import markdown
 from rag.access import user_collection_name
 from rag.models import Answer, Conversation, Document
@@ -230,22 +231,18 @@ RAW = {
 }
 
 
-async def _keep_going(done: int, total: int, cell: str) -> bool:
-    return True
-
-
 @pytest.fixture(scope="module")
 def measured() -> dict[str, dict[str, Any]]:
     """Each built-in kind's results, measured on the scripted engine (retrieval scripted too)."""
     results = {}
     with (
         pytest.MonkeyPatch.context() as monkeypatch,
-        scripted_server.serve(scripted_server.Script(delay_s=0.001)) as url,
+        scripted.serve(scripted.Script(delay_s=0.001)) as url,
     ):
         _scripted_rag(monkeypatch)
         for kind in registry.all_kinds():
             config = kinds.config_for(kind.name, RAW.get(kind.name, {}))
-            reporter = ProgressReporter(_keep_going)
+            reporter = ProgressReporter(aio.keep_going)
             results[kind.name], _ = aio.run(
                 kinds.measure(kind.name, config, base_url=url, model=MODEL, reporter=reporter)
             )

@@ -13,7 +13,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils.translation import gettext_lazy
 
-from bench import engines, scripted_server, services
+from bench import engines, services
 from bench.kinds import registry
 from bench.kinds.checks import Check
 from bench.kinds.labs import Estimate, KeyNumber, Lab, Target, measured_at
@@ -95,14 +95,16 @@ def echo_lab() -> Iterator[registry.JobKind]:
 
 
 @pytest.fixture
-def learner(db: None, settings: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[User, Client]]:
-    with scripted_server.serve(scripted_server.Script(delay_s=0.001)) as url:
-        settings.VLLM_BASE_URL, settings.VLLM_MODEL = url, ""
-        monkeypatch.setattr(engines, "chosen_url", lambda session: url)
-        user = User.objects.create(username="echoer")
-        client = Client()
-        client.force_login(user)
-        yield user, client
+def learner(
+    db: None, settings: Any, monkeypatch: pytest.MonkeyPatch, scripted_engine: tuple[object, str]
+) -> Iterator[tuple[User, Client]]:
+    url = scripted_engine[1]
+    settings.VLLM_BASE_URL, settings.VLLM_MODEL = url, ""
+    monkeypatch.setattr(engines, "chosen_url", lambda session: url)
+    user = User.objects.create(username="echoer")
+    client = Client()
+    client.force_login(user)
+    yield user, client
 
 
 def test_a_lab_declared_with_its_kind_is_in_the_catalog_after_the_built_in_labs(

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from django.conf import settings
 
 from labapp.ops.loadtest.cast import FINISHED, answers_check, cast_create, cast_delete, job_start, job_wait, page_paths
 from labapp.ops.loadtest.plan import FULL, REDUCED, LoadPlan, RoundResult
@@ -69,7 +70,6 @@ def load_run(
     say: Callable[[str], object] = print,
 ) -> dict[str, Any]:
     """Set up, run ``plan.rounds`` rounds, check the saved answers and the job; the report as a dict."""
-    from django.conf import settings
 
     plan.check()
     questions = [json.loads(line)["question"] for line in QUESTIONS_FILE.read_text().splitlines() if line.strip()]

@@ -10,17 +10,17 @@ import sys
 from pathlib import Path
 
 import django
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from labapp.ops.stack import launch
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "labapp.settings")
 
 
 def main(argv: list[str]) -> int:
     django.setup()
-    from django.conf import settings
-    from django.core.management import call_command
-    from django.core.management.base import CommandError
-
-    from labapp.ops.stack import launch
 
     started = launch.start_missing(
         ("redis", "chroma", "engine", "worker", "web"), Path(settings.DATA_DIR) / "load" / "logs", tag="load"

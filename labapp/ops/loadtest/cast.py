@@ -1,6 +1,8 @@
 """The run's users, class, sessions and benchmark job in the shared database; the checks afterwards.
 
-Everything here uses the ORM and runs outside any event loop.
+Everything here uses the ORM and runs outside any event loop. Its Django imports are inside
+the functions: ``python -m labapp.ops.loadtest`` (``make load``) imports this package before
+its ``__main__`` has called ``django.setup()``, and models cannot be imported before that.
 """
 
 from __future__ import annotations

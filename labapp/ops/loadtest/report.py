@@ -9,6 +9,7 @@ from typing import Any
 from bench.metrics import percentile
 from labapp.ops.loadtest.cast import Cast
 from labapp.ops.loadtest.plan import LoadPlan, RoundResult
+from labapp.ops.report import aligned
 
 LAB_PAGE = re.compile(r"^/labs/\d+/$")
 
@@ -132,8 +133,7 @@ def table(report: dict[str, Any]) -> str:
     described = [f"{j['status']} ({j['requests']} requests, {j['seconds']} s) {j['error']}".strip() for j in jobs]
     rows.append(("benchmark job, one per round", "; ".join(described) if jobs else "none"))
     rows.append(_first_question_row(report["first_question"]))
-    width = max(len(r[0]) for r in rows)
-    return "\n".join(f"{what:<{width}}  {value}" for what, value in rows)
+    return aligned(rows)
 
 
 def _first_question_row(first: dict[str, Any] | None) -> tuple[str, str]:

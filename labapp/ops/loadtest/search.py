@@ -7,6 +7,9 @@ worker does after a change (``bench_retrieval_scale``'s collections, shared with
 question as a web process that has not searched that collection yet: it opens the saved
 index instead of building one. What it takes is the "first question at 100k chunks"
 figure under load, with the engine, the sockets and the browsers on the same cores.
+
+The imports of models and of the ORM are inside the methods, as in ``cast.py``: this package
+is imported before ``django.setup()`` when ``make load`` runs it with ``python -m``.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ class FirstQuestion:
     _database: dict[str, Any] = field(default_factory=dict)
 
     def prepare(self) -> None:
-        from bench.management.commands.bench_retrieval_scale import prepare
+        from labapp.ops.measures.bench_retrieval_scale import prepare
 
         try:
             self.prepared = prepare(self.chunks)
@@ -53,7 +56,7 @@ class FirstQuestion:
     def _ask(self) -> None:
         from django.db import connections
 
-        from bench.management.commands.bench_retrieval_scale import first_question
+        from labapp.ops.measures.bench_retrieval_scale import first_question
 
         connections["default"] = connections["default"].__class__(self._database, alias="default")
         time.sleep(self.delay_s)

@@ -17,10 +17,18 @@ import os
 import struct
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from bench import runner
+from bench.metrics import summarize
+from labapp.ops.report import emit
+from labapp.ops.stack import components
+from rag.vllm import client as vllm_client
 
 BYTES = {"F64": 8, "F32": 4, "BF16": 2, "F16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -48,8 +56,6 @@ def weight_count(model_dir: Path) -> int:
 
 def read_bandwidth(mib_per_reader: int = 512, readers: int | None = None, rounds: int = 5) -> float:
     """Bytes per second that ``readers`` threads reading their own large arrays reach together (best round)."""
-    import numpy as np
-
     readers = readers or os.cpu_count() or 1
     arrays = [np.ones(mib_per_reader * 1024 * 1024 // 8) for _ in range(readers)]
     best = 0.0
@@ -83,10 +89,6 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from bench import runner
-        from bench.metrics import summarize
-        from labapp.ops.stack import components
-        from rag.vllm import client as vllm_client
 
         model_dir = options["model_dir"] or components.embedded_model_dir()
         dtype = options["dtype"] or components.engine_dtype(components.has_nvidia_gpu())
@@ -123,13 +125,14 @@ class Command(BaseCommand):
             "measured_tpot_ms": tpot,
             "ratio": tpot / bound_ms if bound_ms else None,
         }
-        if options["json"]:
-            self.stdout.write(json.dumps(report, indent=1))
-            return
-        self.stdout.write(
-            f"model: {params / 1e6:.0f} M parameters × {DTYPE_BYTES[dtype]} bytes ({dtype}) = "
-            f"{weight_bytes / 1e9:.2f} GB read per token\n"
-            f"memory read bandwidth ({os.cpu_count()} readers, NumPy): {bandwidth / 1e9:.1f} GB/s\n"
-            f"bound: TPOT ≥ {bound_ms:.1f} ms; measured median TPOT {tpot:.1f} ms → "
-            f"measured / bound = {tpot / bound_ms:.2f}"
-        )
+
+        def text_lines() -> Iterator[str]:
+            yield (
+                f"model: {params / 1e6:.0f} M parameters × {DTYPE_BYTES[dtype]} bytes ({dtype}) = "
+                f"{weight_bytes / 1e9:.2f} GB read per token\n"
+                f"memory read bandwidth ({os.cpu_count()} readers, NumPy): {bandwidth / 1e9:.1f} GB/s\n"
+                f"bound: TPOT ≥ {bound_ms:.1f} ms; measured median TPOT {tpot:.1f} ms → "
+                f"measured / bound = {tpot / bound_ms:.2f}"
+            )
+
+        emit(self.stdout, report, json_wanted=options["json"], lines=text_lines)

@@ -36,6 +36,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from bench import kinds
 from bench.kinds.checks import Check, all_passed
 from bench.management.commands.bench import run_once
+from labapp.labs.catalog import LABS
+from labapp.ops.report import save_json
 from rag.vllm import client as vllm_client
 
 EXAMPLES = 2  # example messages kept per failed check
@@ -112,14 +114,12 @@ def table_lines(rows: Sequence[LabRow]) -> list[str]:
 
 def lab_config(number: int, seed: int) -> dict[str, Any]:
     """What the lab's run button saves as the job's settings: its config and a seed."""
-    from labapp.labs.catalog import LABS
 
     return dict(LABS[number].config) | {"seed": seed}
 
 
 def measure_lab(number: int, *, base_url: str, seed: int) -> RunOutcome:
     """The lab's default run once and its checks (as the lab page shows them)."""
-    from labapp.labs.catalog import LABS
 
     lab, raw = LABS[number], lab_config(number, seed)
     kind = kinds.get(lab.job_kind)
@@ -160,6 +160,7 @@ def browser_on(url: str | None) -> Iterator[None]:
     stop, opened, failure = threading.Event(), threading.Event(), []
 
     def keep_open() -> None:
+        # Only --browser needs Playwright (a test tool, with its own event loop): loaded then.
         from playwright.sync_api import sync_playwright
 
         try:
@@ -191,16 +192,13 @@ def browser_on(url: str | None) -> Iterator[None]:
 
 def save(folder: Path, outcome: RunOutcome, run: int) -> None:
     """The run's results and checks as ``lab<N>-run<K>.json`` (to read why a run failed)."""
-    folder.mkdir(parents=True, exist_ok=True)
     data = {"seconds": outcome.seconds, "error": outcome.error, "load": outcome.load}
     data["checks"] = [c.as_dict() for c in outcome.checks]
-    text = json.dumps(data | {"results": outcome.results}, indent=1, ensure_ascii=False, default=str)
-    (folder / f"lab{outcome.lab}-run{run + 1}.json").write_text(text)
+    save_json(folder / f"lab{outcome.lab}-run{run + 1}.json", data | {"results": outcome.results})
 
 
 def rechecked(folder: Path) -> list[RunOutcome]:
     """The runs saved by ``save`` in ``folder``, checked again by the labs' checks as they are now."""
-    from labapp.labs.catalog import LABS
 
     outcomes = []
     for path in sorted(folder.glob("lab*-run*.json"), key=lambda p: [int(n) for n in re.findall(r"\d+", p.name)]):
@@ -225,7 +223,6 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from labapp.labs.catalog import LABS
 
         if options["recheck"]:
             for line in table_lines(tally(rechecked(options["recheck"]))):

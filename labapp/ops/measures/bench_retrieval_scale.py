@@ -14,22 +14,29 @@ question embedded too (what an English question costs).
 
 from __future__ import annotations
 
-import json
 import random
 import statistics
+import tempfile
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
+
+from bench.metrics import percentile
+from labapp.models import ChapterSection
+from labapp.ops.report import emit
+from rag import retrieval, vectorstore
+from rag.evaluation import load_questions
+from rag.lexical import terms
+from rag.models import IndexedSource
 
 DIMENSIONS = 384  # all-MiniLM-L6-v2
 BATCH = 2000
 
 
 def _vocabulary() -> list[str]:
-    from labapp.models import ChapterSection
-    from rag.lexical import terms
 
     words: list[str] = []
     for body in ChapterSection.objects.filter(language="ko").values_list("body", flat=True):
@@ -41,8 +48,6 @@ def _vocabulary() -> list[str]:
 
 def fill(name: str, size: int, *, seed: int = 7) -> float:
     """Make ``name`` hold exactly ``size`` synthetic chunks; seconds spent (0 when it already did)."""
-    from rag import vectorstore
-    from rag.models import IndexedSource
 
     # Recorded as the lab records every indexed text, so the lexical index's stamp (read from the
     # database on every question) changes when the synthetic chunks do.
@@ -73,12 +78,8 @@ def fill(name: str, size: int, *, seed: int = 7) -> float:
 def bm25s_side_by_side(name: str, questions: list[str]) -> dict[str, float]:
     """Our lexical index and bm25s (Lucene's BM25, our Korean terms) on the same chunks: search p50,
     bm25s's index and open times, and how often both put the same five chunks on top."""
-    import tempfile
 
-    import bm25s
-
-    from rag import retrieval, vectorstore
-    from rag.lexical import terms
+    import bm25s  # only --bm25s compares against it: not loaded otherwise
 
     where = retrieval._where(500, "ko")
     hits = vectorstore.get_where(name, where)
@@ -111,7 +112,6 @@ def bm25s_side_by_side(name: str, questions: list[str]) -> dict[str, float]:
 
 
 def _percentile(values: list[float], q: float) -> float:
-    from bench.metrics import percentile
 
     return percentile(values, q)
 
@@ -119,7 +119,6 @@ def _percentile(values: list[float], q: float) -> float:
 def prepare(size: int) -> dict[str, Any]:
     """``perf-scale-<size>`` filled and its lexical index built and saved, as the indexing worker does
     after a change: the collection's name and the seconds each took."""
-    from rag import retrieval
 
     name = f"perf-scale-{size}"
     filled = fill(name, size)
@@ -132,7 +131,6 @@ def prepare(size: int) -> dict[str, Any]:
 def first_question(name: str, question: str) -> float:
     """Seconds to answer ``question`` in a process that has not searched ``name`` yet: it opens the
     saved lexical index instead of building one (a Korean question: BM25 alone, as the chat asks)."""
-    from rag import retrieval
 
     retrieval._lexical_cache.clear()
     started = time.perf_counter()
@@ -143,7 +141,6 @@ def first_question(name: str, question: str) -> float:
 def measure(size: int, questions: list[str], *, bm25s: bool) -> dict[str, Any]:
     """One collection size: filled, its lexical index built as the worker builds it, the first question
     of a process that has not searched yet, then every question's embed, search and total times."""
-    from rag import retrieval
 
     row: dict[str, Any] = prepare(size)
     name = row["collection"]
@@ -175,7 +172,6 @@ class Command(BaseCommand):
         parser.add_argument("--bm25s", action="store_true", help="also time bm25s on the same chunks, side by side")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from rag.evaluation import load_questions
 
         try:
             sizes = [int(s) for s in options["sizes"].split(",") if s.strip()]
@@ -183,28 +179,29 @@ class Command(BaseCommand):
             raise CommandError(f"--sizes: {exc}") from exc
         questions = [q.question for q in load_questions()][: options["questions"]]
         rows = [measure(size, questions, bm25s=options["bm25s"]) for size in sizes]
-        if options["json"]:
-            self.stdout.write(json.dumps(rows, indent=1))
-            return
-        self.stdout.write(
-            "chunks   embed p50/p95   search p50/p95   total p50/p95 (ms)   first query   lexical build (worker)"
-        )
-        for row in rows:
-            self.stdout.write(
-                f"{row['chunks']:>7} {row['embed_p50_ms']:>7}/{row['embed_p95_ms']:<7} "
-                f"{row['search_p50_ms']:>8}/{row['search_p95_ms']:<8} "
-                f"{row['total_p50_ms']:>8}/{row['total_p95_ms']:<10} "
-                f"{row['first_query_s']:>8} s   {row['lexical_build_s']} s"
+
+        def text_lines() -> Iterator[str]:
+            yield (
+                "chunks   embed p50/p95   search p50/p95   total p50/p95 (ms)   first query   lexical build (worker)"
             )
-            self.stdout.write(
-                f"  embedded {row['embedded_embed_p50_ms']:>7}/{row['embedded_embed_p95_ms']:<7} "
-                f"{row['embedded_search_p50_ms']:>8}/{row['embedded_search_p95_ms']:<8} "
-                f"{row['embedded_total_p50_ms']:>8}/{row['embedded_total_p95_ms']:<10} "
-                "(the question embedded too: an English question, or a multilingual model)"
-            )
-            if "bm25s_search_p50_ms" in row:
-                self.stdout.write(
-                    f"         BM25 search p50: ours {row['lexical_search_p50_ms']} ms, bm25s "
-                    f"{row['bm25s_search_p50_ms']} ms; bm25s index {row['bm25s_index_s']} s, "
-                    f"open {row['bm25s_open_s']} s; same top 5: {row['bm25s_top5_agreement']}"
+            for row in rows:
+                yield (
+                    f"{row['chunks']:>7} {row['embed_p50_ms']:>7}/{row['embed_p95_ms']:<7} "
+                    f"{row['search_p50_ms']:>8}/{row['search_p95_ms']:<8} "
+                    f"{row['total_p50_ms']:>8}/{row['total_p95_ms']:<10} "
+                    f"{row['first_query_s']:>8} s   {row['lexical_build_s']} s"
                 )
+                yield (
+                    f"  embedded {row['embedded_embed_p50_ms']:>7}/{row['embedded_embed_p95_ms']:<7} "
+                    f"{row['embedded_search_p50_ms']:>8}/{row['embedded_search_p95_ms']:<8} "
+                    f"{row['embedded_total_p50_ms']:>8}/{row['embedded_total_p95_ms']:<10} "
+                    "(the question embedded too: an English question, or a multilingual model)"
+                )
+                if "bm25s_search_p50_ms" in row:
+                    yield (
+                        f"         BM25 search p50: ours {row['lexical_search_p50_ms']} ms, bm25s "
+                        f"{row['bm25s_search_p50_ms']} ms; bm25s index {row['bm25s_index_s']} s, "
+                        f"open {row['bm25s_open_s']} s; same top 5: {row['bm25s_top5_agreement']}"
+                    )
+
+        emit(self.stdout, rows, json_wanted=options["json"], lines=text_lines)

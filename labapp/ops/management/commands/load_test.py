@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from labapp.ops import loadtest
+from labapp.ops.report import emit
 
 
 class Command(BaseCommand):
@@ -68,7 +68,7 @@ class Command(BaseCommand):
             keep=options["keep"],
             say=say,
         )
-        self.stdout.write(json.dumps(report, indent=1) if options["json"] else loadtest.table(report))
+        emit(self.stdout, report, json_wanted=options["json"], lines=lambda: [loadtest.table(report)])
         problems = loadtest.failures(report)
         if problems:
             raise CommandError("load test failed:\n  " + "\n  ".join(problems))

@@ -17,16 +17,24 @@ import json
 import statistics
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
+from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.test import Client, override_settings
+
+from bench.models import BenchJob
+from labapp.classes.services import classroom_create
+from labapp.labs.catalog import LABS
+from labapp.models import Classroom, Membership
+from labapp.ops.report import emit
 
 
 def saved_results(folder: Path | None) -> dict[int, dict[str, Any]]:
     """A finished run's results per lab: from ``lab_reliability --save`` files, else the database."""
-    from bench.models import BenchJob
-    from labapp.labs.catalog import LABS
 
     found: dict[int, dict[str, Any]] = {}
     for number in LABS:
@@ -64,14 +72,6 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from django.conf import settings
-        from django.contrib.auth.models import User
-        from django.test import Client, override_settings
-
-        from bench.models import BenchJob
-        from labapp.classes.services import classroom_create
-        from labapp.labs.catalog import LABS
-        from labapp.models import Classroom, Membership
 
         results = saved_results(options["results"])
         if not results:
@@ -110,11 +110,12 @@ class Command(BaseCommand):
             "lab_page_ms": round(statistics.median(lab_later)),
         }
         row["ratio"] = round(row["gradebook_ms"] / row["lab_page_ms"], 2) if row["lab_page_ms"] else None
-        if options["json"]:
-            self.stdout.write(json.dumps(row))
-            return
-        self.stdout.write(
-            f"{row['learners']} learners × {row['labs']} labs × {row['runs_per_lab']} runs: gradebook "
-            f"{row['gradebook_ms']} ms (first read {row['gradebook_first_ms']} ms), lab {lab} page "
-            f"{row['lab_page_ms']} ms, ratio {row['ratio']}"
-        )
+
+        def text_lines() -> Iterator[str]:
+            yield (
+                f"{row['learners']} learners × {row['labs']} labs × {row['runs_per_lab']} runs: gradebook "
+                f"{row['gradebook_ms']} ms (first read {row['gradebook_first_ms']} ms), lab {lab} page "
+                f"{row['lab_page_ms']} ms, ratio {row['ratio']}"
+            )
+
+        emit(self.stdout, row, json_wanted=options["json"], lines=text_lines)

@@ -2,7 +2,7 @@
 
     python manage.py bench_client_race --levels 1,4,16,64,256 --requests 256 --rounds 2
 
-Starts ``bench.scripted_server`` in a child process: the first token exactly ``--ttft-ms`` after it
+Starts ``labapp.ops.scripted`` in a child process: the first token exactly ``--ttft-ms`` after it
 read a request, then one every ``--itl-ms``, ``--output-tokens`` in all. At each concurrency level L
 both clients send the same number of requests (``--requests``, at least 2·L), all due at once with at
 most L in flight, each prompt starting with its own key so the server's log finds it. Who goes first
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import cProfile
-import json
 import statistics
 import time
 from pathlib import Path
@@ -28,9 +27,11 @@ from typing import Any
 import httpx
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from bench import runner, scripted_server
-from bench.management import reference
-from bench.management.commands.bench_client_overhead import _levels, _p
+from bench import runner
+from labapp.ops import scripted
+from labapp.ops.measures import reference
+from labapp.ops.measures.bench_client_overhead import _levels, _p
+from labapp.ops.report import emit
 from labapp.ops.stack.components import embedded_model_dir
 from rag.vllm import client as vllm_client
 
@@ -235,11 +236,11 @@ class Command(BaseCommand):
             raise CommandError("vllm bench serve needs the engine's virtualenv (.venv-engine); run `make engine`")
         if not embedded_model_dir().exists():
             raise CommandError(f"vllm bench serve needs a tokenizer: {embedded_model_dir()} is missing (make setup)")
-        scripted_server.raise_open_file_limit()
+        scripted.raise_open_file_limit()
         profile = cProfile.Profile() if options["profile"] else None
         started = time.monotonic()
         try:
-            with scripted_server.spawn(ttft_ms=options["ttft_ms"], itl_ms=options["itl_ms"]) as url:
+            with scripted.spawn(ttft_ms=options["ttft_ms"], itl_ms=options["itl_ms"]) as url:
                 if profile is not None:
                     profile.enable()
                 report = asyncio.run(race(url, options))
@@ -250,7 +251,4 @@ class Command(BaseCommand):
                 profile.disable()
                 profile.dump_stats(str(options["profile"]))
         report["seconds"] = round(time.monotonic() - started, 1)
-        if options["json"]:
-            self.stdout.write(json.dumps(report))
-            return
-        self.stdout.write("\n".join(report_lines(report)))
+        emit(self.stdout, report, json_wanted=options["json"], lines=lambda: report_lines(report))

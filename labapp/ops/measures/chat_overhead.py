@@ -35,6 +35,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from websockets.exceptions import WebSocketException
 from websockets.typing import Origin
 
+from labapp.ops.report import emit
 from rag.vllm import client as vllm_client
 from rag.vllm.records import RequestRecord
 
@@ -75,37 +76,38 @@ class Command(BaseCommand):
                 summary = asyncio.run(measure(options | {"cookie": cookie}))
         except (OSError, httpx.HTTPError, WebSocketException) as exc:
             raise CommandError(f"could not reach the lab at {options['web']}: {exc}") from exc
-        if options["json"]:
-            self.stdout.write(json.dumps(summary))
-            return
-        self.stdout.write(
-            f"runs {summary['runs']}, top-k {options['top_k']}, max_tokens {options['max_tokens']}, "
-            f"pause {options['pause']} s, {'cold' if options.get('cold') else 'warm'} prefix cache, "
-            f"prompt ~{summary['prompt_tokens']} tokens, model {summary['model']}"
-        )
-        rows = [
-            ("TTFT direct to vLLM (our client)", summary["direct_ttft_ms"]),
-            ("TTFT through the chat (browser side of the socket)", summary["chat_ttft_ms"]),
-            ("  of which retrieval", summary["retrieval_ms"]),
-            ("    embedding the question", summary["embed_ms"]),
-            ("    searching (Chroma + BM25)", summary["search_ms"]),
-            ("  question received -> request sent to vLLM", summary["prep_ms"]),
-            ("    of which not retrieval (checks, prompt, thread hops)", summary["prep_beyond_retrieval_ms"]),
-            ("  our vLLM client's own TTFT inside the chat", summary["chat_client_ttft_ms"]),
-            ("  vLLM's own queue + prefill (server side), the chat's request", summary["server_ms"]),
-            ("  vLLM's own queue + prefill (server side), the direct request", summary["direct_server_ms"]),
-            ("  first text read by our client -> its frame handed to the socket", summary["forward_ms"]),
-            ("  websocket + consumer (socket TTFT - server's first-token send)", summary["socket_ms"]),
-            ("overhead the chat adds to TTFT", summary["overhead_ms"]),
-            ("overhead without retrieval", summary["overhead_without_retrieval_ms"]),
-            ("overhead beyond retrieval and the websocket", summary["overhead_beyond_retrieval_and_socket_ms"]),
-            ("  the same on the server's clock (the chat's own steps)", summary["chat_own_ms"]),
-        ]
-        for label, value in rows:
-            self.stdout.write(f"{label:<66} median {value:9.1f} ms")
-        steps = ", ".join(f"{name} {ms:.1f}" for name, ms in summary["steps_ms"].items())
-        self.stdout.write(f"steps after the question arrived, median ms: {steps}")
-        self.stdout.write(f"ratio chat/direct TTFT: {summary['ratio']:.3f}")
+
+        def text_lines() -> Iterator[str]:
+            yield (
+                f"runs {summary['runs']}, top-k {options['top_k']}, max_tokens {options['max_tokens']}, "
+                f"pause {options['pause']} s, {'cold' if options.get('cold') else 'warm'} prefix cache, "
+                f"prompt ~{summary['prompt_tokens']} tokens, model {summary['model']}"
+            )
+            rows = [
+                ("TTFT direct to vLLM (our client)", summary["direct_ttft_ms"]),
+                ("TTFT through the chat (browser side of the socket)", summary["chat_ttft_ms"]),
+                ("  of which retrieval", summary["retrieval_ms"]),
+                ("    embedding the question", summary["embed_ms"]),
+                ("    searching (Chroma + BM25)", summary["search_ms"]),
+                ("  question received -> request sent to vLLM", summary["prep_ms"]),
+                ("    of which not retrieval (checks, prompt, thread hops)", summary["prep_beyond_retrieval_ms"]),
+                ("  our vLLM client's own TTFT inside the chat", summary["chat_client_ttft_ms"]),
+                ("  vLLM's own queue + prefill (server side), the chat's request", summary["server_ms"]),
+                ("  vLLM's own queue + prefill (server side), the direct request", summary["direct_server_ms"]),
+                ("  first text read by our client -> its frame handed to the socket", summary["forward_ms"]),
+                ("  websocket + consumer (socket TTFT - server's first-token send)", summary["socket_ms"]),
+                ("overhead the chat adds to TTFT", summary["overhead_ms"]),
+                ("overhead without retrieval", summary["overhead_without_retrieval_ms"]),
+                ("overhead beyond retrieval and the websocket", summary["overhead_beyond_retrieval_and_socket_ms"]),
+                ("  the same on the server's clock (the chat's own steps)", summary["chat_own_ms"]),
+            ]
+            for label, value in rows:
+                yield f"{label:<66} median {value:9.1f} ms"
+            steps = ", ".join(f"{name} {ms:.1f}" for name, ms in summary["steps_ms"].items())
+            yield f"steps after the question arrived, median ms: {steps}"
+            yield f"ratio chat/direct TTFT: {summary['ratio']:.3f}"
+
+        emit(self.stdout, summary, json_wanted=options["json"], lines=text_lines)
 
 
 @contextlib.contextmanager

@@ -6,7 +6,7 @@ PyTorch, the same bundled model), so a change of backend shows whether recall mo
     python manage.py eval_retrieval [--chunk-size 500] [--backend current|onnx|torch|both] [--json]
 """
 
-import json
+from collections.abc import Iterator
 from dataclasses import asdict
 from typing import Any
 
@@ -14,6 +14,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.test.utils import override_settings
 
+from labapp.ops.report import emit
 from rag import embeddings
 from rag.chunking import CHUNK_SIZES
 from rag.evaluation import evaluate
@@ -45,12 +46,13 @@ class Command(BaseCommand):
                     raise CommandError(str(exc)) from None
                 for size in options["chunk_size"] or CHUNK_SIZES:
                     rows += [asdict(row) | {"backend": used} for row in evaluate(chunk_size=size)]
-        if options["json"]:
-            self.stdout.write(json.dumps(rows))
-            return
-        self.stdout.write(f"{'backend':<8} {'chunk':>6} {'mode':<8} {'recall@1':>9} {'recall@5':>9}  missed at 5")
-        for row in rows:
-            self.stdout.write(
-                f"{row['backend']:<8} {row['chunk_size']:>6} {row['mode']:<8} {row['at_1']:>9.2f} {row['at_5']:>9.2f}  "
-                f"{' '.join(row['misses']) or '-'}"
-            )
+
+        def text_lines() -> Iterator[str]:
+            yield f"{'backend':<8} {'chunk':>6} {'mode':<8} {'recall@1':>9} {'recall@5':>9}  missed at 5"
+            for row in rows:
+                yield (
+                    f"{row['backend']:<8} {row['chunk_size']:>6} {row['mode']:<8} "
+                    f"{row['at_1']:>9.2f} {row['at_5']:>9.2f}  {' '.join(row['misses']) or '-'}"
+                )
+
+        emit(self.stdout, rows, json_wanted=options["json"], lines=text_lines)

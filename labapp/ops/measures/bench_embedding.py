@@ -12,16 +12,22 @@ that way against the chapter as indexed (Chroma must be running).
 
 from __future__ import annotations
 
-import json
+import logging
+import shutil
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
+import numpy as np
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from labapp.ops.report import emit
 from rag import embeddings
+from rag.evaluation import evaluate, load_questions
 
 
 def _timed(encoder: embeddings.Encoder, questions: list[str]) -> list[float]:
@@ -37,9 +43,6 @@ def _timed(encoder: embeddings.Encoder, questions: list[str]) -> list[float]:
 
 def _recall(encoder: embeddings.Encoder) -> dict[str, float]:
     """Recall at 500-character chunks with the questions embedded by ``encoder``."""
-    from unittest import mock
-
-    from rag.evaluation import evaluate
 
     with mock.patch.object(embeddings, "get_model", lambda: encoder):
         rows = evaluate(chunk_size=500, modes=("dense", "hybrid"))
@@ -47,9 +50,8 @@ def _recall(encoder: embeddings.Encoder) -> dict[str, float]:
 
 
 def _quantised(folder: Path, target: Path) -> Path:
-    import logging
-    import shutil
 
+    # Only this row needs the quantiser (and it logs at import): loaded when it is made.
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     logging.getLogger().setLevel(logging.WARNING)  # the quantiser logs every tensor at INFO
@@ -70,10 +72,6 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        import numpy as np
-
-        from rag.evaluation import load_questions
-
         folder = embeddings.onnx_folder()
         if not embeddings.onnx_current(folder):
             raise CommandError(f"no current ONNX export in {folder}: run python manage.py export_embedding_onnx")
@@ -102,18 +100,19 @@ class Command(BaseCommand):
                     "cosine_median": round(float(np.median(cosine)), 4),
                 }
                 rows.append(row | (_recall(encoder) if options["recall"] else {}))
-        if options["json"]:
-            self.stdout.write(json.dumps(rows))
-            return
-        self.stdout.write(f"{len(questions)} questions, one at a time")
-        for row in rows:
-            recall = (
-                f"  hybrid @1/@5 {row['hybrid_at_1']:.2f}/{row['hybrid_at_5']:.2f}, "
-                f"dense {row['dense_at_1']:.2f}/{row['dense_at_5']:.2f}"
-                if "hybrid_at_1" in row
-                else ""
-            )
-            self.stdout.write(
-                f"{row['backend']:<34} p50 {row['p50_ms']:6.2f} ms  p95 {row['p95_ms']:6.2f} ms  "
-                f"cosine to torch min {row['cosine_min']:.4f} median {row['cosine_median']:.4f}{recall}"
-            )
+
+        def text_lines() -> Iterator[str]:
+            yield f"{len(questions)} questions, one at a time"
+            for row in rows:
+                recall = (
+                    f"  hybrid @1/@5 {row['hybrid_at_1']:.2f}/{row['hybrid_at_5']:.2f}, "
+                    f"dense {row['dense_at_1']:.2f}/{row['dense_at_5']:.2f}"
+                    if "hybrid_at_1" in row
+                    else ""
+                )
+                yield (
+                    f"{row['backend']:<34} p50 {row['p50_ms']:6.2f} ms  p95 {row['p95_ms']:6.2f} ms  "
+                    f"cosine to torch min {row['cosine_min']:.4f} median {row['cosine_median']:.4f}{recall}"
+                )
+
+        emit(self.stdout, rows, json_wanted=options["json"], lines=text_lines)

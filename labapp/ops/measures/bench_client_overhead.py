@@ -2,7 +2,7 @@
 
     python manage.py bench_client_overhead --levels 1,8,64,256,1024 --ttft-ms 50 --itl-ms 10
 
-Starts ``bench.scripted_server`` in a child process (so it does not share this
+Starts ``labapp.ops.scripted`` in a child process (so it does not share this
 process's event loop or CPU thread), which writes the first token exactly
 ``--ttft-ms`` after it has read a request and one more every ``--itl-ms``.
 For each concurrency level L our load generator (``bench.runner.run``, as the
@@ -33,7 +33,6 @@ The verdict names the first level whose median TTFT overhead exceeds 5 ms or
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import time
 from dataclasses import dataclass
@@ -42,8 +41,10 @@ from typing import Any
 import httpx
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from bench import runner, scripted_server
+from bench import runner
 from bench.metrics import percentile
+from labapp.ops import scripted
+from labapp.ops.report import emit
 from rag.vllm import client as vllm_client
 from rag.vllm.records import RequestRecord
 
@@ -99,9 +100,9 @@ class Command(BaseCommand):
             raise CommandError("--output-tokens must be at least 2 (TPOT needs two tokens)")
         if options["ttft_ms"] < 0 or options["itl_ms"] < 0:
             raise CommandError("--ttft-ms and --itl-ms must not be negative")
-        scripted_server.raise_open_file_limit()
+        scripted.raise_open_file_limit()
         try:
-            with scripted_server.spawn(ttft_ms=options["ttft_ms"], itl_ms=options["itl_ms"]) as url:
+            with scripted.spawn(ttft_ms=options["ttft_ms"], itl_ms=options["itl_ms"]) as url:
                 report = asyncio.run(
                     measure(
                         url,
@@ -114,10 +115,7 @@ class Command(BaseCommand):
                 )
         except (RuntimeError, httpx.HTTPError, vllm_client.EngineUnavailable) as exc:
             raise CommandError(f"{type(exc).__name__}: {exc}") from exc
-        if options["json"]:
-            self.stdout.write(json.dumps(report))
-            return
-        self.stdout.write("\n".join(report_lines(report)))
+        emit(self.stdout, report, json_wanted=options["json"], lines=lambda: report_lines(report))
 
 
 async def _server_stats(http: httpx.AsyncClient) -> dict[str, Any]:

@@ -14,17 +14,18 @@ client goes first, on fresh prompts each time, and reports medians over the roun
 from __future__ import annotations
 
 import asyncio
-import json
 import statistics
+from collections.abc import Iterator
 from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from bench import runner
-from bench.management import reference
 from bench.metrics import summarize
 from bench.workloads import synthetic_prompts
+from labapp.ops.measures import reference
+from labapp.ops.report import emit
 from labapp.ops.stack.components import ENGINE_PYTHON, embedded_model_dir
 from rag.vllm import client as vllm_client
 
@@ -63,29 +64,30 @@ class Command(BaseCommand):
             report = asyncio.run(compare(options))
         except vllm_client.EngineUnavailable as exc:
             raise CommandError(str(exc)) from exc
-        if options["json"]:
-            self.stdout.write(json.dumps(report))
-            return
-        self.stdout.write(
-            f"{options['num_prompts']} prompts × {options['input_len']} tokens in, {options['output_len']} out, "
-            f"concurrency {options['concurrency']}, model {report['model']}"
-        )
-        self.stdout.write(f"{'':<28}{'vllm bench serve':>18}{'this lab':>12}{'ratio':>8}")
-        for label, key in COMPARED:
-            theirs, ours = report["vllm"][key], report["ours"][key]
-            ratio = ours / theirs if theirs else float("nan")
-            self.stdout.write(f"{label:<28}{theirs:>18.2f}{ours:>12.2f}{ratio:>8.3f}")
-        self.stdout.write(
-            f"{'our TTFT on first chunk':<28}{'':>18}{report['ours']['median_first_chunk_ttft_ms']:>12.2f}"
-            "  (vllm bench serve latches on the first chunk with choices)"
-        )
-        theirs_cpu, ours_cpu = report["vllm"]["client_cpu_s"], report["ours"]["client_cpu_s"]
-        self.stdout.write(f"{'client CPU during the run (s)':<28}{theirs_cpu:>18.2f}{ours_cpu:>12.2f}")
-        if len(report["rounds"]) > 1:
-            self.stdout.write("per round (ours / vLLM's): first, median TTFT, median TPOT, output throughput")
-            for r in report["rounds"]:
-                ratios = [r["ours"][k] / r["vllm"][k] if r["vllm"][k] else float("nan") for k in RATIO_KEYS]
-                self.stdout.write(f"  {r['first']:<6}" + "".join(f"{x:>8.3f}" for x in ratios))
+
+        def text_lines() -> Iterator[str]:
+            yield (
+                f"{options['num_prompts']} prompts × {options['input_len']} tokens in, {options['output_len']} out, "
+                f"concurrency {options['concurrency']}, model {report['model']}"
+            )
+            yield f"{'':<28}{'vllm bench serve':>18}{'this lab':>12}{'ratio':>8}"
+            for label, key in COMPARED:
+                theirs, ours = report["vllm"][key], report["ours"][key]
+                ratio = ours / theirs if theirs else float("nan")
+                yield f"{label:<28}{theirs:>18.2f}{ours:>12.2f}{ratio:>8.3f}"
+            yield (
+                f"{'our TTFT on first chunk':<28}{'':>18}{report['ours']['median_first_chunk_ttft_ms']:>12.2f}"
+                "  (vllm bench serve latches on the first chunk with choices)"
+            )
+            theirs_cpu, ours_cpu = report["vllm"]["client_cpu_s"], report["ours"]["client_cpu_s"]
+            yield f"{'client CPU during the run (s)':<28}{theirs_cpu:>18.2f}{ours_cpu:>12.2f}"
+            if len(report["rounds"]) > 1:
+                yield "per round (ours / vLLM's): first, median TTFT, median TPOT, output throughput"
+                for r in report["rounds"]:
+                    ratios = [r["ours"][k] / r["vllm"][k] if r["vllm"][k] else float("nan") for k in RATIO_KEYS]
+                    yield f"  {r['first']:<6}" + "".join(f"{x:>8.3f}" for x in ratios)
+
+        emit(self.stdout, report, json_wanted=options["json"], lines=text_lines)
 
 
 async def _theirs(
