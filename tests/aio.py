@@ -26,6 +26,6 @@ def run(coroutine: Coroutine[Any, Any, T]) -> T:
 
 
 def nothing_found(run: object) -> RetrievalResult:
-    """A chat search with nothing found: what ``rag.chat.search`` stands in for in tests without
+    """A chat search with nothing found: what ``rag.ask.search`` stands in for in tests without
     Chroma or the embedding model."""
     return RetrievalResult(chunks=[])
