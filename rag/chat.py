@@ -1,7 +1,7 @@
 """One chat answer, from question to measured stream: retrieval, prompt, vLLM, timing panel.
 
-The consumer (rag/consumers.py) validates, saves and hands off; this module does
-the work and reports progress through ``send`` as websocket-ready frames.
+The ask (rag/ask.py) checks, searches, saves and orders the steps; this module does the
+work of each and reports progress through ``send`` as websocket-ready frames.
 Blocking work (embedding, Chroma, the ORM) runs in a thread, never on the loop.
 """
 
@@ -13,12 +13,10 @@ import contextlib
 import hashlib
 import time
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from django.db import close_old_connections
 from django.utils.translation import gettext as _
 
 from rag import answer_guard, prompting, retrieval
@@ -222,60 +220,16 @@ def _source(chunk: retrieval.RetrievedChunk, ref: CollectionRef) -> dict[str, An
     }
 
 
-# Where questions are searched: not the one thread Channels keeps for the ORM, so a search never waits
-# behind page renders and other answers' database work, nor they behind it. Two at a time: under
-# `make load` (50 sockets, 30 browsers) eight threads fighting the event loop for the GIL made page
-# latency p50/p95 777/3489 ms, two make it 267/2048 ms.
-_search_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="chat-retrieval")
-Searching = concurrent.futures.Future[retrieval.RetrievalResult | None]  # None: the ask failed its check
-
-
-def search(run: AnswerRun) -> retrieval.RetrievalResult:
-    """Search for ``run``'s question, on a search thread (it blocks)."""
-    s = run.settings
-    try:
-        return retrieval.retrieve(
-            run.question,
-            collection=run.collection.name,
-            chunk_size=s.chunk_size,
-            top_k=s.top_k,
-            language=run.language if run.collection.by_language else None,
-            min_relevance=s.threshold,
-        )
-    finally:
-        close_old_connections()  # what Channels does around its own database calls
-        run.mark("searched")  # in the search's thread: "retrieved" is when the answer task has it
-
-
-def retrieval_submit_checked(check: Callable[[], AnswerRun]) -> tuple[concurrent.futures.Future[AnswerRun], Searching]:
-    """Check an ask on a search thread and, if it passes, search for it right there: no hop to
-    another thread between the two. ``check`` reads the database (Django's connection of that
-    thread) and returns the run, or raises what is wrong with the ask; the first future says which
-    as soon as it is known, the second has the search (None for no chunks)."""
-    checked: concurrent.futures.Future[AnswerRun] = concurrent.futures.Future()
-
-    def check_then_search() -> retrieval.RetrievalResult | None:
-        close_old_connections()  # as Channels does before a database call
-        try:
-            run = check()
-        except BaseException as exc:
-            checked.set_exception(exc)
-            close_old_connections()
-            return None
-        checked.set_result(run)
-        return search(run) if run.settings.top_k else None
-
-    return checked, _search_pool.submit(check_then_search)
-
-
-async def _retrieve(run: AnswerRun, searching: Searching | None = None) -> list[prompting.ContextChunk]:
+async def retrieved(
+    run: AnswerRun, searching: concurrent.futures.Future[retrieval.RetrievalResult | None]
+) -> list[prompting.ContextChunk]:
+    """The chunks for the prompt from the answer's search (begun on a search thread by ``rag.ask``;
+    None: nothing was searched), with its timings, sources and notices on ``run``."""
     s = run.settings
     if s.top_k == 0:
         run.retrieval_ms = 0.0
         return []
     started = time.perf_counter()
-    if searching is None:
-        searching = _search_pool.submit(search, run)
     try:
         result = await asyncio.wrap_future(searching)
     except RetrievalUnavailable as exc:
@@ -298,20 +252,6 @@ async def _retrieve(run: AnswerRun, searching: Searching | None = None) -> list[
             message = _("이 모음에 자료가 없어 자료 없이 답합니다.")
         run.notice("no_sources", message)
     return [chunk.context_chunk() for chunk in result.chunks]
-
-
-def retrieval_start(run: AnswerRun, searching: Searching | None) -> asyncio.Task[list[prompting.ContextChunk]]:
-    """The answer's retrieval as a task (``answer_run`` awaits it), begun by ``retrieval_submit_checked``."""
-    return asyncio.ensure_future(_retrieve(run, searching))
-
-
-def retrieval_discard(task: asyncio.Task[Any]) -> None:
-    """An answer that ended without waiting for its retrieval: stop it, or read its outcome so that
-    an error in it is not reported as never retrieved."""
-    if not task.done():
-        task.cancel()
-    elif not task.cancelled():
-        task.exception()
 
 
 async def _fit(run: AnswerRun, chunks: list[prompting.ContextChunk], max_model_len: int) -> prompting.Prompt:
@@ -402,11 +342,9 @@ def estimate(record: RequestRecord, speeds: Speeds | None) -> dict[str, Any] | N
     }
 
 
-async def answer_run(
-    run: AnswerRun, send: Send, retrieving: asyncio.Task[list[prompting.ContextChunk]] | None = None
-) -> None:
-    """Retrieve (or take the retrieval ``retrieval_start`` began), assemble, stream and measure one
-    answer; errors end up in ``run.error``."""
+async def answer_run(run: AnswerRun, send: Send, retrieving: Awaitable[list[prompting.ContextChunk]]) -> None:
+    """Take the answer's retrieval (``retrieved``), assemble, stream and measure one answer; errors
+    end up in ``run.error``."""
     try:
         info = await _engine(run.engine)
     except vllm_client.EngineUnavailable as exc:
@@ -427,7 +365,7 @@ async def answer_run(
         run.error = _("vLLM에 연결할 수 없습니다: %(why)s") % {"why": exc}
         return
 
-    chunks = await (retrieving if retrieving is not None else _retrieve(run))
+    chunks = await retrieving
     run.mark("retrieved")
     retrieved = {"type": "retrieval", "retrieval_ms": run.retrieval_ms, "sources": run.sources}
     try:

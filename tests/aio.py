@@ -31,6 +31,6 @@ async def keep_going(done: int, total: int, cell: str) -> bool:
 
 
 def nothing_found(run: object) -> RetrievalResult:
-    """A chat search with nothing found: what ``rag.chat.search`` stands in for in tests without
+    """A chat search with nothing found: what ``rag.ask.search`` stands in for in tests without
     Chroma or the embedding model."""
     return RetrievalResult(chunks=[])

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from bench import configs, kinds, services, views
 from bench.forms import form_fields
 from labapp.asgi import application
+from rag import ask as rag_ask
 from rag import chat, documents, embeddings, prompting
 from rag.models import Answer, Document
 from tests import aio
@@ -108,7 +109,7 @@ def chat_socket_cookie(monkeypatch: pytest.MonkeyPatch, settings: Any) -> bytes:
         run.error = "no engine in the fuzz tests"
 
     monkeypatch.setattr(chat, "answer_run", no_engine)
-    monkeypatch.setattr(chat, "search", aio.nothing_found)  # no search in the fuzz tests
+    monkeypatch.setattr(rag_ask, "search", aio.nothing_found)  # no search in the fuzz tests
     monkeypatch.setattr(embeddings, "warm_in_background", lambda: None)
     client = Client()
     client.force_login(User.objects.get_or_create(username="fuzzer")[0])

@@ -24,6 +24,7 @@ from bench import services, views
 from bench.models import BenchJob
 from labapp import sockets
 from labapp.asgi import application
+from rag import ask as rag_ask
 from rag import chat, embeddings
 from rag.models import Answer, Conversation
 from rag.retrieval import RetrievalResult
@@ -200,7 +201,7 @@ def slow_answers(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         return aio.nothing_found(run)
 
     monkeypatch.setattr(chat, "answer_run", forever)
-    monkeypatch.setattr(chat, "search", nothing_found)
+    monkeypatch.setattr(rag_ask, "search", nothing_found)
     return retrieved
 
 

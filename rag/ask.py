@@ -1,0 +1,357 @@
+"""One question asked on the chat socket, as one object: check -> search -> ask vLLM -> save -> stream,
+then finish, stop or fail.
+
+The consumer (rag/consumers.py) only translates frames to calls on an ``Ask``: ``check`` the ask
+frame, start its ``answer``, ``save`` it (the "started" frame), ``stop`` it. The work of each step
+(retrieval's outcome, the prompt, the stream, the timings) is in ``rag.chat``; the order of the
+steps, and the speed-ups that depend on it, are here:
+
+- The check runs on a search thread and the search follows it there, with no hop in between.
+- vLLM is asked as soon as the search is in and the prompt built; the answer's row is written only
+  then (``AnswerRun.asked``): written beside the search, its thread held the GIL when the search
+  ended and the event loop waited for it (1-2 ms of the chat's own steps under `make perf`).
+- The answer's frames are held until "started" (which carries the row's id) is out.
+- The engine the learner picked is read beside the search, on a thread of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import functools
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from channels.db import database_sync_to_async
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import close_old_connections
+from django.utils import translation
+from django.utils.translation import gettext as _
+
+from rag import access, chat, conversations, prompting, retrieval
+from rag.models import Answer
+
+log = logging.getLogger(__name__)
+Frame = dict[str, Any]
+# Where an answer's engine and the learner's speeds for its estimate come from: the project's routing
+# (labapp.asgi) passes bench's (the engines page's pick, Lab 1 runs), which rag, below bench, does not import.
+# The learner's speeds on an engine (its base URL), from their Lab 1 runs there; None: none yet.
+SpeedsOf = Callable[[AbstractBaseUser, str], chat.Speeds | None]
+# The engine the learner picked (from their session's key; None: no session): the chat answers there.
+EngineOf = Callable[[str | None], chat.Engine]
+FIELDS = {"type", "id", "question", "settings", "conversation", "parent"}
+
+
+def no_speeds(user: AbstractBaseUser, engine_url: str) -> chat.Speeds | None:
+    return None
+
+
+def configured_engine(session_key: str | None) -> chat.Engine:
+    return chat.Engine()
+
+
+class Refused(Exception):
+    """What is wrong with an ask, in the learner's words; nothing of it is saved or streamed."""
+
+
+# Where questions are searched: not the one thread Channels keeps for the ORM, so a search never waits
+# behind page renders and other answers' database work, nor they behind it. Two at a time: under
+# `make load` (50 sockets, 30 browsers) eight threads fighting the event loop for the GIL made page
+# latency p50/p95 777/3489 ms, two make it 267/2048 ms.
+_search_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="chat-retrieval")
+Searching = concurrent.futures.Future[retrieval.RetrievalResult | None]  # None: the ask failed its check
+
+
+def search(run: chat.AnswerRun) -> retrieval.RetrievalResult:
+    """Search for ``run``'s question, on a search thread (it blocks)."""
+    s = run.settings
+    try:
+        return retrieval.retrieve(
+            run.question,
+            collection=run.collection.name,
+            chunk_size=s.chunk_size,
+            top_k=s.top_k,
+            language=run.language if run.collection.by_language else None,
+            min_relevance=s.threshold,
+        )
+    finally:
+        close_old_connections()  # what Channels does around its own database calls
+        run.mark("searched")  # in the search's thread: "retrieved" is when the answer task has it
+
+
+def _check_then_search(
+    check: Callable[[], chat.AnswerRun],
+) -> tuple[concurrent.futures.Future[chat.AnswerRun], Searching]:
+    """``check`` on a search thread and, if it passes, the search right there: no hop to another
+    thread between the two. ``check`` reads the database (Django's connection of that thread) and
+    returns the run, or raises what is wrong with the ask; the first future says which as soon as it
+    is known, the second has the search (None for no chunks)."""
+    checked: concurrent.futures.Future[chat.AnswerRun] = concurrent.futures.Future()
+
+    def check_then_search() -> retrieval.RetrievalResult | None:
+        close_old_connections()  # as Channels does before a database call
+        try:
+            run = check()
+        except BaseException as exc:
+            checked.set_exception(exc)
+            close_old_connections()
+            return None
+        checked.set_result(run)
+        return search(run) if run.settings.top_k else None
+
+    return checked, _search_pool.submit(check_then_search)
+
+
+class _HeldFrames:
+    """An answer's frames, held until its "started" frame is out: the answer runs (and asks vLLM)
+    while its row is still being written, and the browser learns the row's id from "started"."""
+
+    def __init__(self, send_json: Callable[[Frame], Awaitable[None]]) -> None:
+        self.send_json = send_json
+        self.held: list[Frame] = []
+        self.opened_at: float | None = None  # perf_counter when the held frames were out; None: holding
+
+    async def send(self, frame: Frame) -> None:
+        if self.opened_at is not None:
+            await self.send_json(frame)
+        else:
+            self.held.append(frame)
+
+    async def open_with(self, first: Frame) -> float:
+        """Send ``first``, then what was held, in order; from then on frames go straight out. When
+        the held frames were out (perf_counter)."""
+        await self.send_json(first)
+        while self.held:  # frames held while these were sent join the end of the line
+            await self.send_json(self.held.pop(0))
+        self.opened_at = time.perf_counter()
+        return self.opened_at
+
+
+class Ask:
+    """One ask frame's question, from its check to its saved answer. Call ``check``, then ``answer``
+    (the answer's task: the consumer may ``stop`` it from then on), then ``save``; each raises
+    ``Refused`` with what to tell the learner. The answer's row is finished whatever happens."""
+
+    run: chat.AnswerRun  # from check on
+    searching: Searching
+    retrieving: asyncio.Future[list[prompting.ContextChunk]]  # from answer on
+    picking: asyncio.Future[None]  # the engine picked: run.engine is set once this is done
+    saving: asyncio.Future[Answer]
+    task: asyncio.Task[None]
+
+    def __init__(
+        self,
+        *,
+        user: AbstractBaseUser,
+        language: str,
+        client_id: str,
+        received_at: float,
+        send_json: Callable[[Frame], Awaitable[None]],
+        engine_of: Callable[[], chat.Engine],
+        speeds: SpeedsOf,
+        on_end: Callable[[], object],
+    ) -> None:
+        self.user, self.language, self.client_id = user, language, client_id
+        self.received_at = received_at  # the panel's server-side clock starts at the frame's arrival
+        self.engine_of, self.speeds, self.on_end = engine_of, speeds, on_end
+        self.most = int(settings.CHAT_MAX_CONCURRENT_PER_USER)
+        self.frames = _HeldFrames(lambda frame: send_json(frame | {"id": client_id}))
+        self.conversation_id: int | None = None
+        self.parent_id: int | None = None
+
+    async def check(self, content: Frame) -> None:
+        """Check: the frame's fields here; then, on a search thread, what needs the database. The
+        search follows there at once (``searching``)."""
+        try:
+            unknown = sorted(set(content) - FIELDS)
+            if unknown:
+                raise prompting.SettingsError(_("알 수 없는 필드: %(f)s") % {"f": ", ".join(unknown)})
+            question = prompting.question_clean(content.get("question"))
+            self.conversation_id = _optional_id(content.get("conversation"), "conversation")
+            self.parent_id = _optional_id(content.get("parent"), "parent")
+            checked, self.searching = _check_then_search(
+                functools.partial(self._check_reads, question, content.get("settings"))
+            )
+            self.run = await asyncio.wrap_future(checked)
+        except (prompting.SettingsError, conversations.TooMany, conversations.NotFound) as exc:
+            raise Refused(str(exc)) from exc
+
+    def _check_reads(self, question: str, raw: Any) -> chat.AnswerRun:
+        """What must be read before searching, on the search's own thread: a first check of the limit
+        of answers at once (``answer_start`` checks it again under a lock), so an ask over it is
+        refused before any retrieval is spent on it; for a follow-up, that its conversation and parent
+        are the learner's; and the collection asked for, if this learner may search it (the chapter
+        and their own need no query)."""
+        with translation.override(self.language):
+            conversations.streaming_check(self.user, self.most)
+            conversations.follow_up_check(self.user, self.conversation_id, self.parent_id)
+            chat_settings = prompting.settings_parse(raw)
+            try:
+                collection = access.collection_resolve(self.user, chat_settings.collection)
+            except access.CollectionNotFound:
+                keys = [ref.key for ref in access.collections_for(self.user)]
+                raise prompting.SettingsError(prompting.collection_unknown(chat_settings.collection, keys)) from None
+        run = chat.AnswerRun(
+            question=question,
+            settings=chat_settings,
+            collection=collection,
+            language=self.language,
+            stall_timeout_s=float(settings.CHAT_TIMEOUT_S),
+            received_at=self.received_at,
+        )
+        run.mark("checked")
+        return run
+
+    def answer(self) -> asyncio.Task[None]:
+        """Start the answer: the search's outcome (begun by ``check``), the engine picked (read
+        beside it, on a thread of its own, at every ask: a pick made after the tab opened counts),
+        the row's write (once vLLM is asked) and the answer's task, which asks vLLM and streams."""
+        self.retrieving = asyncio.ensure_future(chat.retrieved(self.run, self.searching))
+        self.picking = asyncio.ensure_future(self._pick_engine())
+        self.saving = asyncio.ensure_future(self._save_when_asked())
+        self.task = asyncio.create_task(self._answer())
+        return self.task
+
+    def stop(self) -> asyncio.Task[None]:
+        """Stop: cancelling the task closes the HTTP stream to vLLM, which aborts the request; the
+        partial answer is saved as stopped."""
+        self.task.cancel()
+        return self.task
+
+    async def _pick_engine(self) -> None:
+        self.run.engine = await database_sync_to_async(self.engine_of, thread_sensitive=False)()
+
+    async def _save_when_asked(self) -> Answer:
+        """The answer's row, written once vLLM is asked (or the answer ended before asking)."""
+        await self.run.asked.wait()
+        answer: Answer = await database_sync_to_async(self._write_row)()
+        return answer
+
+    def _write_row(self) -> Answer:
+        return conversations.answer_start(
+            user=self.user,
+            question=self.run.question,
+            settings=self.run.settings.as_dict(),
+            conversation_id=self.conversation_id,
+            parent_id=self.parent_id,
+            most_streaming=self.most,
+        )
+
+    async def save(self) -> None:
+        """Save: the answer's row, then the "started" frame (with its id) and the frames held till
+        then. A row refused (the limit of answers at once, checked again under a lock, or a
+        conversation that is not the learner's) stops the answer and the request sent to vLLM."""
+        try:
+            answer = await self.saving
+        except (conversations.NotFound, conversations.TooMany) as exc:
+            self.task.cancel()  # its held frames are dropped
+            raise Refused(str(exc)) from exc
+        except BaseException:  # the database failed: no answer without its row
+            self.task.cancel()
+            raise
+        self.run.mark("saved")
+        await self.picking
+        opened_at = await self.frames.open_with(
+            {
+                "type": "started",
+                "id": self.client_id,
+                "answer_id": answer.pk,
+                "conversation": answer.conversation_id,
+                "parent_id": answer.parent_id,
+                "question": self.run.question,
+                "settings": answer.settings,
+                "engine": self.run.engine.shown(),
+            }
+        )
+        # Token frames that waited for "started" reached the socket only now: the panel's
+        # forwarding times say when they went out, not when they were made.
+        run = self.run
+        if run.first_forward_at is not None:
+            run.first_forward_at = max(run.first_forward_at, opened_at)
+        if run.last_forward_at is not None:
+            run.last_forward_at = max(run.last_forward_at, opened_at)
+
+    async def _answer(self) -> None:
+        """Ask vLLM once the search is in and the prompt is built, and stream (``rag.chat``); then
+        the estimate, and finish: done, failed (``fail``) or stopped (cancelled)."""
+        run = self.run
+        status = Answer.Status.FAILED
+        try:
+            with translation.override(self.language):
+                await self.picking
+                await chat.answer_run(run, self.frames.send, self.retrieving)
+                if not run.error:  # after the stream, so it never delays the first token
+                    speeds = await database_sync_to_async(self.speeds)(self.user, run.engine.base_url)
+                    run.estimate = chat.estimate(run.record, speeds)
+            status = Answer.Status.FAILED if run.error else Answer.Status.DONE
+        except asyncio.CancelledError:
+            status = Answer.Status.STOPPED
+        except Exception as exc:
+            self.fail(exc)
+        finally:
+            run.asked.set()  # an answer that ended before asking vLLM still gets its row
+            self._discard_retrieval()
+            self.on_end()
+            await asyncio.shield(self.finish(status))
+
+    def fail(self, exc: Exception) -> None:
+        """Fail: recorded on the answer and reported, never lost silently."""
+        log.error("chat answer %s failed", self.client_id, exc_info=exc)
+        self.run.error = f"{type(exc).__name__}: {exc}"
+
+    def _discard_retrieval(self) -> None:
+        """A retrieval the answer did not wait for: stopped, or its outcome read so that an error in it
+        is not reported as never retrieved."""
+        if not self.retrieving.done():
+            self.retrieving.cancel()
+        elif not self.retrieving.cancelled():
+            self.retrieving.exception()
+
+    async def finish(self, status: Answer.Status) -> None:
+        """Finish: the answer's row completed and the "done" frame sent; nothing when the row was
+        refused (``save`` has reported why)."""
+        try:
+            answer = await self.saving
+        except Exception:  # refused or failed: save reported it, there is no row to finish
+            return
+        saved = await database_sync_to_async(conversations.answer_finish)(
+            answer_id=answer.pk, run=self.run, status=status
+        )
+        with contextlib.suppress(Exception):  # the socket may be gone (closed tab)
+            await self.frames.send({"type": "done", "answer": conversations.answer_payload(saved)})
+
+
+async def browser_timing(*, user: AbstractBaseUser, content: Frame) -> Frame:
+    """The "overhead" frame for a "client_timing" frame: what the browser measured, stored on the
+    answer, and the websocket's own cost it implies. ``Refused`` for a bad frame or an unknown answer."""
+    answer_id = content.get("answer_id")
+    first, done = content.get("first_token_ms"), content.get("done_ms")
+    valid = isinstance(answer_id, int) and all(
+        v is None or (isinstance(v, int | float) and 0 <= v < 86_400_000) for v in (first, done)
+    )
+    if not valid:
+        raise Refused(_("client_timing: answer_id(정수)와 0 이상의 ms 값이 필요합니다."))
+    timings = await database_sync_to_async(conversations.answer_browser_timing)(
+        user=user, answer_id=answer_id, first_token_ms=first, done_ms=done
+    )
+    if timings is None:
+        raise Refused(_("답변 %(id)s을(를) 찾을 수 없습니다.") % {"id": answer_id})
+    return {
+        "type": "overhead",
+        "answer_id": answer_id,
+        "websocket_overhead_ms": timings.get("websocket_overhead_ms"),
+        "browser": timings.get("browser"),
+    }
+
+
+def _optional_id(value: Any, name: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise prompting.SettingsError(_("%(name)s: 양의 정수 또는 null이어야 합니다.") % {"name": name})
+    return value
