@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import pytest
 from django.test import override_settings
 
@@ -63,3 +66,22 @@ def test_cpu_threads_bind_the_chosen_cores(choice: str, bind: str | None) -> Non
     assert env["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0"
     assert env["VLLM_CPU_OMP_THREADS_BIND"] == (bind or env["VLLM_CPU_OMP_THREADS_BIND"])
     assert env["VLLM_CPU_OMP_THREADS_BIND"].startswith("0")
+
+
+def test_the_model_conversion_runs_the_script_beside_the_components(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The supervisor converts the model when `make run`'s own conversion did not (the path once
+    pointed at a folder that had moved, and only a machine without the converted model found it)."""
+    ran: list[list[str]] = []
+    monkeypatch.setattr(components, "embedded_model_dir", lambda: tmp_path / "model")
+    monkeypatch.setattr(components, "ENGINE_PYTHON", tmp_path / "python")
+    (tmp_path / "python").touch()
+
+    def run(command: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        ran.append(command)
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(components.subprocess, "run", run)
+    components.convert_embedded_model()
+    assert Path(ran[0][1]).is_file() and Path(ran[0][1]).name == "convert_model.py"

@@ -19,6 +19,7 @@ import httpx
 from django.conf import settings
 
 ROOT = Path(__file__).resolve().parents[3]
+CONVERT_SCRIPT = Path(__file__).resolve().with_name("convert_model.py")  # run by the engine's Python
 VENV_BIN = Path(sys.executable).parent
 ENGINE_PYTHON = ROOT / ".venv-engine" / "bin" / "python"
 EMBEDDED_MODEL_NAME = "gemma-3-270m"
@@ -192,7 +193,7 @@ def convert_embedded_model() -> None:
         raise PrepareError(f"the engine virtualenv is missing ({ENGINE_PYTHON}); run `make engine`")
     print(f"engine: converting the packaged Gemma 3 270M GGUF into {target} (once, about a minute)", flush=True)
     done = subprocess.run(
-        [str(ENGINE_PYTHON), str(ROOT / "labapp" / "stack" / "convert_model.py"), str(target)],
+        [str(ENGINE_PYTHON), str(CONVERT_SCRIPT), str(target)],
         capture_output=True,
         text=True,
     )
