@@ -82,6 +82,6 @@ def test_the_model_conversion_runs_the_script_beside_the_components(
         ran.append(command)
         return subprocess.CompletedProcess(command, 0, "", "")
 
-    monkeypatch.setattr(components.subprocess, "run", run)
+    monkeypatch.setattr(subprocess, "run", run)
     components.convert_embedded_model()
     assert Path(ran[0][1]).is_file() and Path(ran[0][1]).name == "convert_model.py"
