@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
@@ -21,12 +22,17 @@ class SubmitError(ValueError):
     """Why a lab cannot be handed in now (shown to the learner; nothing is lost)."""
 
 
+def run_config(number: int) -> dict[str, Any]:
+    """The raw settings of the lab's run button: the catalogue's, with ``settings.LAB_RUN_SETTINGS`` laid over."""
+    return dict(LABS[number].config) | dict(settings.LAB_RUN_SETTINGS.get(number, {}))
+
+
 def run_settings(number: int) -> Any:
     """The typed settings of the lab's run button (None if they no longer read)."""
     from bench.kinds import registry
 
     kind = registry.for_lab(number)
-    return kind.saved_config(dict(LABS[number].config)) if kind is not None else None
+    return kind.saved_config(run_config(number)) if kind is not None else None
 
 
 def lab_run(
@@ -40,7 +46,7 @@ def lab_run(
     return services.job_submit(
         owner=user,
         kind=lab.job_kind,
-        config=dict(lab.config),
+        config=run_config(number),
         engine_url=engine_url,
         lab=number,
         prediction=predicted,
