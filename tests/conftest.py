@@ -60,7 +60,8 @@ def tier_markers(fixturenames: Iterable[str]) -> set[str]:
     return tiers | ({"browser"} if names & BROWSER_FIXTURES else set())
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest's own -m selection reads the markers
+# Not tryfirst: after pytest-django's reordering (so the browser tests stay last), and, as a conftest's
+# hook, still before pytest's own -m selection, which reads the markers.
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         for name in sorted(tier_markers(getattr(item, "fixturenames", ()))):
