@@ -1,5 +1,6 @@
-# The two commands: `make run` (the whole lab) and `make test` (the whole suite).
-# Both are idempotent: installs and the converted model are made once and reused.
+# The commands: `make run` (the whole lab), `make test` (the whole suite) and `make check` (the quick
+# tier: lint and the tests that need no service, without the engine's install).
+# They are idempotent: installs and the converted model are made once and reused.
 
 SHELL := /bin/bash
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
@@ -16,7 +17,7 @@ ifeq ($(strip $(VLLM_BASE_URL)),)
 ENGINE_DEPS := $(ENGINE_VENV)/.installed $(if $(strip $(VLLM_MODEL)),,$(MODEL_DIR)/config.json)
 endif
 
-.PHONY: run test setup lint lock engine clean-data perf load
+.PHONY: run test check setup lint lock engine clean-data perf load
 .DEFAULT_GOAL := run
 
 $(VENV)/.installed: requirements.lock
@@ -71,8 +72,14 @@ $(BROWSER_DEPS):
 	$$SUDO apt-get install -y -q chromium fonts-nanum >/dev/null 2>&1 || \
 	{ $$SUDO apt-get update -q >/dev/null && $$SUDO apt-get install -y -q chromium fonts-nanum >/dev/null; }
 
+# --durations: every run shows where its time went.
 test: $(VENV)/.installed $(ENGINE_DEPS) $(BROWSER_DEPS) $(EMBED_ONNX)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest --durations=25 $(PYTEST_ARGS)
+
+# Lint and every test without a real service or the browser (tests/conftest.py marks those integration
+# and browser); LAB_CHECK_TIER makes the harness refuse to start one, naming the test. Needs only $(VENV).
+check: lint $(EMBED_ONNX)
+	LAB_CHECK_TIER=1 $(PY) -m pytest -m "not integration and not browser" --durations=10 $(PYTEST_ARGS)
 
 # Benchmarks that print the project's speed as ratios (not pass/fail); PERF_ARGS=--quick for a short run.
 perf: setup

@@ -168,6 +168,9 @@ DOCUMENTS_MAX_MB_PER_USER = env_int("DOCUMENTS_MAX_MB_PER_USER", minimum=1, maxi
 PDF_MAX_PAGES = env_int("PDF_MAX_PAGES", minimum=1, maximum=100_000)
 PDF_TIMEOUT_S = env_int("PDF_TIMEOUT_S", minimum=1, maximum=3600)
 DOCUMENT_QUEUED_STALE_S = env_int("DOCUMENT_QUEUED_STALE_S", minimum=10, maximum=86400)
+# Lab number -> settings laid over that lab's run button (labapp.labs.catalog.Lab.run_config); a
+# settings module may shorten the runs, e.g. to each lab's minimum settings (tests/settings.py).
+LAB_RUN_SETTINGS: dict[int, dict[str, object]] = {}
 # The largest file anyone uploads is a 5 MB document (rag.documents.MAX_BYTES); a request declaring a
 # longer body is refused with 413 before it is parsed (labapp.middleware.RequestSizeLimitMiddleware). The
 # slack is room for the form's other fields and the multipart headers.

@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,41 @@ def _start_once(name: str) -> harness.Service:
     return _services[name]
 
 
+# The fixtures that start (or stand for) a real process: a test using any of them, directly or
+# through another fixture (``item.fixturenames`` is the closure), is an integration test, and
+# `make check` (``-m "not integration and not browser"``) leaves it out. The database fixtures
+# belong here too: the file database exists so that a worker or web process sees the test's rows.
+SERVICE_FIXTURES = frozenset(
+    {
+        "engine",
+        "redis_server",
+        "chroma_server",
+        "celery_worker",
+        "web_server",
+        "full_stack",
+        "chapter_indexed",
+        "migrated_database",
+        "shared_database",
+        "document_owner",
+        "service_faults",
+    }
+)
+BROWSER_FIXTURES = frozenset({"chromium", "browser"})
+
+
+def tier_markers(fixturenames: Iterable[str]) -> set[str]:
+    """The tier markers a test earns by the fixtures it uses (its own markers are kept as well)."""
+    names = set(fixturenames)
+    tiers = {"integration"} if names & SERVICE_FIXTURES else set()
+    return tiers | ({"browser"} if names & BROWSER_FIXTURES else set())
+
+
+# Not tryfirst: after pytest-django's reordering (so the browser tests stay last), and, as a conftest's
+# hook, still before pytest's own -m selection, which reads the markers.
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        for name in sorted(tier_markers(getattr(item, "fixturenames", ()))):
+            item.add_marker(name)
     # Playwright's sync API keeps an event loop running in the main thread for the rest of
     # the session, after which Django refuses ORM calls there and asyncio.run() fails:
     # tests that use the browser go last.
@@ -254,6 +288,7 @@ def browser(chromium: object) -> Iterator[object]:
 def chromium() -> Iterator[object]:
     from playwright.sync_api import sync_playwright
 
+    harness.refuse_in_check_tier("chromium")
     with sync_playwright() as playwright:
         chromium = playwright.chromium.launch(
             executable_path="/usr/bin/chromium",

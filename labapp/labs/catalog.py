@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
 from django.utils.translation import gettext_lazy as _
 
 from bench.kinds import registry
@@ -105,9 +106,14 @@ class Lab:
     def key_intervals(self, results: Results) -> dict[str, list[float]]:
         return self.declared.key_intervals(results)
 
+    def run_config(self) -> dict[str, Any]:
+        """The run button's raw settings: the declaration's, with ``settings.LAB_RUN_SETTINGS`` laid over
+        (the test harness's processes run each lab at its smallest real run)."""
+        return dict(self.config) | dict(settings.LAB_RUN_SETTINGS.get(self.number, {}))
+
     def run_settings(self) -> Any:
         """The typed settings of the run button (None if they no longer read)."""
-        return self.kind.saved_config(dict(self.config))
+        return self.kind.saved_config(self.run_config())
 
 
 class _Labs(Mapping[int, Lab]):

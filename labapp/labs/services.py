@@ -21,6 +21,11 @@ class SubmitError(ValueError):
     """Why a lab cannot be handed in now (shown to the learner; nothing is lost)."""
 
 
+def run_config(number: int) -> dict[str, Any]:
+    """The raw settings of the lab's run button (``catalog.Lab.run_config``)."""
+    return LABS[number].run_config()
+
+
 def run_settings(number: int) -> Any:
     """The typed settings of the lab's run button (None if they no longer read)."""
     return LABS[number].run_settings()
@@ -37,7 +42,7 @@ def lab_run(
     return services.job_submit(
         owner=user,
         kind=lab.job_kind,
-        config=dict(lab.config),
+        config=run_config(number),
         engine_url=engine_url,
         lab=number,
         prediction=predicted,
