@@ -79,7 +79,7 @@ test: $(VENV)/.installed $(ENGINE_DEPS) $(BROWSER_DEPS) $(EMBED_ONNX)
 # Lint and every test without a real service or the browser (tests/conftest.py marks those integration
 # and browser); LAB_CHECK_TIER makes the harness refuse to start one, naming the test. Needs only $(VENV).
 check: lint $(EMBED_ONNX)
-	LAB_CHECK_TIER=1 $(PY) -m pytest -m "not integration and not browser" --durations=10 $(PYTEST_ARGS)
+	LAB_CHECK_TIER=1 $(PY) -m pytest -m "not integration and not browser" -n auto --durations=10 $(PYTEST_ARGS)
 
 # Benchmarks that print the project's speed as ratios (not pass/fail); PERF_ARGS=--quick for a short run.
 perf: setup

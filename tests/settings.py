@@ -50,7 +50,8 @@ def free_port() -> int:
 
 # Set for the processes this run starts (web servers, workers), which load this module again.
 STARTED_BY_TESTS = "LAB_TEST_STARTED"
-started_by_tests = bool(os.environ.get(STARTED_BY_TESTS))
+# pytest-xdist's workers (`make check`) inherit the variable from the run they serve, but are that run.
+started_by_tests = bool(os.environ.get(STARTED_BY_TESTS)) and "PYTEST_XDIST_WORKER" not in os.environ
 if "LAB_TEST_DATA_DIR" not in os.environ:
     # Chosen once per test run; child processes inherit it.
     os.environ[STARTED_BY_TESTS] = "1"

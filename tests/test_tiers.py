@@ -8,6 +8,7 @@ sets LAB_CHECK_TIER, under which the harness refuses to start anything.
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -82,6 +83,7 @@ def test_only_the_processes_a_test_run_starts_use_the_minimum_lab_runs() -> None
     child = subprocess.run(
         [sys.executable, "manage.py", "shell", "-v", "0", "-c", shown],
         cwd=ROOT,
+        env={name: value for name, value in os.environ.items() if name != "PYTEST_XDIST_WORKER"},
         capture_output=True,
         text=True,
         check=True,
