@@ -11,7 +11,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from django.utils.translation import gettext as _
+from labapp import said
+from labapp.said import gettext as _
 
 Results = dict[str, Any]
 
@@ -32,7 +33,10 @@ class Check:
         return self.applies and not self.passed
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """As a hand-in keeps it: the texts as ``labapp.said`` stores them (msgids and values), so that
+        ``stored_check`` says them again in the reader's language."""
+        texts = {key: said.stored(getattr(self, key)) for key in ("name", "message", "advice")}
+        return asdict(self) | texts
 
 
 STALL_MS = 250.0  # a gap between tokens this long (and 4x the cell's median) is the CPU taken away, not decode
@@ -101,7 +105,7 @@ def settings_check(missing: list[str]) -> Check:
     return Check(
         _("설정이 실습의 최소 조건을 만족"),
         not missing,
-        _("부족: %(what)s") % {"what": "; ".join(missing)} if missing else _("최소 조건을 모두 만족"),
+        _("부족: %(what)s") % {"what": said.join("; ", missing)} if missing else _("최소 조건을 모두 만족"),
         _("부족한 설정을 채우거나 실행 버튼의 기본 설정으로 다시 실행하세요.") if missing else "",
     )
 

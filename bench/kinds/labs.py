@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.utils.functional import Promise
-from django.utils.translation import gettext as _
 
 from bench.kinds.checks import Check, key_intervals, key_numbers, settings_check, undisturbed
+from labapp.said import gettext as _
 
 Text = str | Promise  # a label: usually gettext_lazy, read when shown in the user's language
 Results = dict[str, Any]

@@ -12,7 +12,6 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx
-from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from bench import configs, plotting, runner, sanity
@@ -25,6 +24,7 @@ from bench.kinds.session import CLIENT_TIMEOUT_S, keeps_partial, warm_up
 from bench.metrics import SLO, summarize
 from bench.reporting import Reporter
 from bench.workloads import nonce_line, shared_prefix_prompts, synthetic_prompts
+from labapp.said import gettext as _
 from rag.vllm import client as vllm_client
 from rag.vllm import server_metrics
 

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from bench import plotting, runner, stats
@@ -23,6 +22,8 @@ from bench.kinds.registry import Field, Runs
 from bench.kinds.session import CLIENT_TIMEOUT_S, Session, keeps_partial, warm_up
 from bench.reporting import Reporter
 from bench.workloads import RagPrompt, nonce_line
+from labapp import said
+from labapp.said import gettext as _
 from rag import prompting
 from rag.vllm import client as vllm_client
 from rag.vllm import server_metrics
@@ -170,7 +171,7 @@ def missing(config: PrefixConfig, results: dict[str, Any]) -> list[str]:
     measured = {c.get("cell") for c in done_cells(results)}
     absent = [case_names()[name] for name in CASES if name not in measured]
     if absent:
-        lacking.append(_("네 칸 모두 (빠진 칸: %(cells)s)") % {"cells": ", ".join(absent)})
+        lacking.append(_("네 칸 모두 (빠진 칸: %(cells)s)") % {"cells": said.join(", ", absent)})
     return lacking
 
 

@@ -18,12 +18,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from django.utils.translation import gettext as _
-
 from bench import configs
 from bench.kinds.checks import Check, disturbed_cells
 from bench.kinds.labs import Lab, Text
 from bench.plotting import Runs as Runs  # re-exported: what a kind's chart is drawn from
+from labapp.said import gettext as _
 
 Widget = Literal["integer", "real", "integers", "reals", "choice", "jsonl"]
 SEED_MOST = 1 << 31

@@ -13,7 +13,6 @@ from typing import Any
 
 import httpx
 from django.utils.text import format_lazy
-from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from bench import configs, palette, plotting, runner
@@ -35,6 +34,8 @@ from bench.kinds.registry import Field, Runs
 from bench.kinds.session import CLIENT_TIMEOUT_S, Session, keeps_partial, warm_up
 from bench.reporting import Reporter
 from bench.workloads import RagPrompt, nonce_line
+from labapp import said
+from labapp.said import gettext as _
 from rag.chunking import CHUNK_SIZES
 from rag.vllm import client as vllm_client
 from rag.vllm import server_metrics
@@ -264,8 +265,9 @@ def _rising_check(r: dict[str, Any]) -> Check:
     found = {size: fit for size, fit in (r.get("fits") or {}).items() if fit}
     falling = [size for size, fit in found.items() if fit["slope"] <= 0]
     message = (
-        ", ".join(
-            _("%(size)s자: %(slope).2f ms/토큰") % {"size": size, "slope": fit["slope"]} for size, fit in found.items()
+        said.join(
+            ", ",
+            (_("%(size)s자: %(slope).2f ms/토큰") % {"size": size, "slope": f["slope"]} for size, f in found.items()),
         )
         or "—"
     )

@@ -16,12 +16,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-from django.utils.translation import gettext as _
 
 from bench import runner
 from bench.kinds.cells import cell_summary, watched_cell
 from bench.reporting import Reporter
 from bench.workloads import synthetic_prompts
+from labapp import said
+from labapp.said import gettext as _
 from rag.vllm import client as vllm_client
 from rag.vllm import server_metrics
 from rag.vllm.records import RequestRecord
@@ -98,9 +99,8 @@ class Shape:
     def label(self) -> str:
         label = _("입력 %(input)d / 출력 %(output)d") % {"input": self.input_tokens, "output": self.output_tokens}
         notes = {"check": _("검증"), "input": _("입력 스윕"), "output": _("출력 스윕")}
-        extra = "".join(
-            f" ({notes.get(value if isinstance(value, str) else key, key)})" for key, value in self.tags if value
-        )
+        named = [notes.get(value if isinstance(value, str) else key, key) for key, value in self.tags if value]
+        extra = said.join("", (" (" + note + ")" for note in named))
         return label + extra
 
 

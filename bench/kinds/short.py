@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from bench import configs, plotting, runner, stats
@@ -25,6 +24,8 @@ from bench.kinds.registry import Field, Runs
 from bench.kinds.session import CLIENT_TIMEOUT_S, Session, keeps_partial, warm_up
 from bench.reporting import Reporter
 from bench.workloads import nonce_line
+from labapp import said
+from labapp.said import gettext as _
 from rag.estimator import gen_seconds
 from rag.vllm import client as vllm_client
 from rag.vllm import server_metrics
@@ -246,7 +247,7 @@ def missing(config: ShortConfig, results: dict[str, Any]) -> list[str]:
     normal = asked.get("normal") or set()
     unlike = [variant_name(name) for name in config.variants() if not normal or asked.get(name) != normal]
     if unlike:
-        lacking.append(_("모든 변형을 같은 질문들로 (맞지 않는 변형: %(cells)s)") % {"cells": ", ".join(unlike)})
+        lacking.append(_("모든 변형을 같은 질문들로 (맞지 않는 변형: %(cells)s)") % {"cells": said.join(", ", unlike)})
     return lacking
 
 
@@ -296,10 +297,25 @@ def _caps_check(normal: dict[str, Any], caps: list[dict[str, Any]]) -> Check:
         return Check(name, False, _("상한 칸이 없음"))
     over = [c["max_tokens"] for c in caps if (c.get("median_output_tokens") or 0) > c["max_tokens"]]
     smallest, largest = caps[0].get("median_decode_ms") or 0, normal.get("median_decode_ms") or 0
-    shown = f"{smallest:.0f} → {largest:.0f} ms"
+    # In the claim's order: from the normal answers to the smallest cap.
+    shown = _("디코드: 보통 답 %(normal).0f ms → 상한 %(cap)d 토큰 %(capped).0f ms") % {
+        "normal": largest,
+        "cap": caps[0]["max_tokens"],
+        "capped": smallest,
+    }
     if over:
         return Check(name, False, _("상한을 넘은 칸: %(caps)s") % {"caps": ", ".join(map(str, over))})
     return Check(name, smallest < largest, shown)
+
+
+def _total_time_check(r: dict[str, Any]) -> Check:
+    """The brief instruction's saving on the whole answer, worded in the direction it went."""
+    saved = r.get("time_saved_pct") or 0
+    if saved >= 0:
+        shown = _("짧게 지시한 답이 전체 시간 %(pct).0f%% 줄어듦") % {"pct": saved}
+    else:
+        shown = _("짧게 지시한 답이 전체 시간 %(pct).0f%% 늘어남") % {"pct": -saved}
+    return Check(_("전체 시간이 줄어듦"), saved > 0, shown)
 
 
 def checks(r: dict[str, Any]) -> list[Check]:
@@ -309,7 +325,7 @@ def checks(r: dict[str, Any]) -> list[Check]:
     return [
         all_ok(r),
         _brief_tokens_check(normal, brief),
-        Check(_("전체 시간이 줄어듦"), (r.get("time_saved_pct") or 0) > 0, f"{r.get('time_saved_pct') or 0:.0f}%"),
+        _total_time_check(r),
         _brief_coverage_check(normal, brief),
         _caps_check(normal, _caps_of(cells)),
         _enough_cap_check(r, normal),

@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from bench import plotting
@@ -21,6 +20,7 @@ from bench.kinds.labs import Estimate, KeyNumber, Lab, Target, measured_at, show
 from bench.kinds.registry import Field, Runs
 from bench.kinds.session import Shape, measure_shapes
 from bench.reporting import Reporter
+from labapp.said import gettext as _
 from rag.estimator import gen_seconds
 
 # The chapter's estimator table, then an unseen shape to check the estimate against.

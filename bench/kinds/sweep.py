@@ -10,7 +10,6 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from bench.kinds import registry, speed
@@ -20,6 +19,7 @@ from bench.kinds.labs import Estimate, KeyNumber, Lab, Target, measured_at, show
 from bench.kinds.registry import Field
 from bench.kinds.session import Shape, measure_shapes
 from bench.reporting import Reporter
+from labapp.said import gettext as _
 
 
 @dataclass(frozen=True)

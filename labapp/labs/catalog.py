@@ -21,6 +21,7 @@ from bench.kinds.checks import Check, all_passed
 from bench.kinds.labs import Lab as DeclaredLab
 from bench.kinds.labs import Target
 from bench.kinds.registry import JobKind
+from labapp import said
 from labapp.labs import outcomes
 
 __all__ = ["LABS", "Check", "Lab", "LabState", "Status", "state_for", "states_for"]
@@ -217,12 +218,13 @@ class LabState:
 
 
 def stored_check(stored: dict[str, Any]) -> Check:
-    """A check kept in a hand-in (``Check.as_dict``; older ones lack ``advice``)."""
+    """A check kept in a hand-in (``Check.as_dict``), its texts in the reader's language (``labapp.said``;
+    older hand-ins kept plain strings, and lack ``advice``)."""
     return Check(
-        str(stored.get("name", "")),
+        said.render(stored.get("name", "")),
         bool(stored.get("passed")),
-        str(stored.get("message", "")),
-        str(stored.get("advice", "") or ""),
+        said.render(stored.get("message", "")),
+        said.render(stored.get("advice", "") or ""),
         bool(stored.get("applies", True)),
     )
 

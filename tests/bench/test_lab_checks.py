@@ -644,3 +644,16 @@ def test_lab6_compares_the_brief_answers_question_by_question() -> None:
     brief["requests"][2]["success"] = False
     assert short.shorter_longer(normal, brief) == (1, 0, 1)
     assert len(short.pairs(normal, brief)) == 2
+
+
+def test_lab_6s_checks_say_the_direction_they_measured_in_the_claims_order() -> None:
+    """ "Caps lower the decode time" reads from the normal answers to the smallest cap, and a total time
+    that grew says it grew (it once read "1408 → 3192 ms" under a claim of a drop, and "-7%")."""
+    results, _config = _short()
+    by_name = {c.name: c for c in short.checks(results)}
+    assert by_name["상한을 낮추면 출력 토큰과 디코드 시간이 줄어듦"].message == (
+        "디코드: 보통 답 11000 ms → 상한 16 토큰 1000 ms"
+    )
+    assert by_name["전체 시간이 줄어듦"].message == "짧게 지시한 답이 전체 시간 70% 줄어듦"
+    grew = {c.name: c for c in short.checks(results | {"time_saved_pct": -7.0})}["전체 시간이 줄어듦"]
+    assert not grew.passed and grew.message == "짧게 지시한 답이 전체 시간 7% 늘어남"

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
-from django.utils import timezone
+from django.utils import timezone, translation
 
 from bench import engines
 from bench.kinds.checks import Check
@@ -273,3 +273,52 @@ def test_the_gradebook_benchmark_times_both_pages_and_leaves_nothing_behind(lear
     assert not User.objects.filter(username__startswith="bench-gradebook").exists()
     assert not Classroom.objects.filter(name__startswith="bench-gradebook").exists()
     assert BenchJob.objects.count() == 6  # only the learner's own runs are left
+
+
+@pytest.mark.parametrize("number", sorted(LABS))
+def test_a_hand_in_made_in_korean_reads_in_english_for_an_english_reader(
+    learner: User, number: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The checks are kept as msgids and values (labapp.said), not as the sentences of the day."""
+    from bench import charts
+    from tests.site.test_korean import hangul
+
+    monkeypatch.setattr(charts, "charts", lambda *a, **k: {})  # GOOD's results carry the checks' numbers only
+
+    _job(learner, number)
+    with translation.override("ko"):
+        lab_services.lab_submit(user=learner, number=number, reflection="반영")
+    stored = LabSubmission.objects.get().checks
+    assert all(isinstance(c["name"], dict) for c in stored), stored  # keys and values, not sentences
+    english = _client(learner)
+    english.cookies["django_language"] = "en"
+    page = english.get(f"/labs/{number}/", HTTP_ACCEPT_LANGUAGE="en").content.decode()
+    handed = page.split('id="handed-checks"')[1].split("</ul>")[0]
+    assert "<li" in handed and not hangul([handed]), handed
+    with translation.override("ko"):
+        korean = [c.name for c in state_for(learner.pk, number).shown_checks]
+        assert korean == [c.name for c in LABS[number].checks(GOOD[number], {})]
+
+
+def test_the_data_migration_keeps_older_hand_ins_checks_as_keys_when_the_verdicts_agree(learner: User) -> None:
+    from importlib import import_module
+
+    from django.apps import apps
+
+    migration = import_module("labapp.migrations.0006_hand_in_checks_in_the_readers_language")
+    with translation.override("ko"):
+        made = LABS[1].checks(GOOD[1], {})
+    sentences = [c.as_dict() | {"name": str.__str__(c.name), "message": "옛 문장"} for c in made]
+    agreeing = LabSubmission.objects.create(
+        user=learner, lab=1, job=_job(learner, 1), reflection="r", submitted_at=timezone.now(), checks=sentences
+    )
+    other = User.objects.create(username="p2")
+    flipped = [c | {"passed": not c["passed"]} for c in sentences]  # graded by other code: its verdicts stay
+    disagreeing = LabSubmission.objects.create(
+        user=other, lab=1, job=_job(other, 1), reflection="r", submitted_at=timezone.now(), checks=flipped
+    )
+    migration.keep_keys(apps, None)
+    agreeing.refresh_from_db()
+    disagreeing.refresh_from_db()
+    assert all(isinstance(c["name"], dict) for c in agreeing.checks)
+    assert disagreeing.checks == flipped
