@@ -285,9 +285,6 @@ class Ask:
             with translation.override(self.language):
                 await self.picking
                 await chat.answer_run(run, self.frames.send, self.retrieving)
-                if not run.error:  # after the stream, so it never delays the first token
-                    speeds = await database_sync_to_async(self.speeds)(self.user, run.engine.base_url)
-                    run.estimate = chat.estimate(run.record, speeds)
             status = Answer.Status.FAILED if run.error else Answer.Status.DONE
         except asyncio.CancelledError:
             status = Answer.Status.STOPPED
@@ -297,7 +294,21 @@ class Ask:
             run.asked.set()  # an answer that ended before asking vLLM still gets its row
             self._discard_retrieval()
             self.on_end()
-            await asyncio.shield(self.finish(status))
+            await asyncio.shield(self._estimate_then_finish(status))
+
+    async def _estimate_then_finish(self, status: Answer.Status) -> None:
+        """The estimate, after the stream so it never delays the first token, for a stopped answer
+        too (it has a shape and the learner's speeds exist whether or not it ran to its end); then
+        finish."""
+        run = self.run
+        if chat.needs_speeds(run):
+            try:
+                with translation.override(self.language):
+                    speeds = await database_sync_to_async(self.speeds)(self.user, run.engine.base_url)
+                chat.estimate_set(run, speeds)
+            except Exception as exc:  # the answer is saved without an estimate, never lost
+                log.warning("chat answer %s: no estimate (%s)", self.client_id, exc)
+        await self.finish(status)
 
     def fail(self, exc: Exception) -> None:
         """Fail: recorded on the answer and reported, never lost silently."""
@@ -319,6 +330,8 @@ class Ask:
             answer = await self.saving
         except Exception:  # refused or failed: save reported it, there is no row to finish
             return
+        with translation.override(self.language):
+            chat.explain_empty(self.run, stopped=status == Answer.Status.STOPPED)
         saved = await database_sync_to_async(conversations.answer_finish)(
             answer_id=answer.pk, run=self.run, status=status
         )

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 from django.utils.translation import gettext as _
 
-from rag import answer_guard, prompting, retrieval
+from rag import answer_guard, plaintext, prompting, retrieval
 from rag.access import CollectionRef
 from rag.estimator import gen_seconds
 from rag.vectorstore import RetrievalUnavailable
@@ -97,6 +97,9 @@ class AnswerRun:
     last_forward_at: float | None = None
     token_split: dict[str, int | None] = field(default_factory=dict)
     estimate: dict[str, Any] | None = None
+    # Why there is an estimate or none (``estimate_set``): "pending", "ok", "no_speeds" (no Lab 1 run on
+    # this engine), "no_output" (ended before its first token), "failed". The page words it.
+    estimate_state: str = "pending"
     error: str = ""
     # ms since the question arrived at each step (checked, searched, retrieved, prompt, sent; then saved)
     steps: dict[str, float] = field(default_factory=dict)
@@ -152,11 +155,13 @@ class AnswerRun:
                 "cached": r.cached_tokens,
                 **self.token_split,
             },
+            "cached_state": cached_state(r),
             "finish_reason": r.finish_reason,
             # Server side of the websocket: question received → first/last token frame sent.
             "server_first_token_ms": self.ms_since_received(self.first_forward_at),
             "server_done_ms": self.ms_since_received(self.last_forward_at),
             "estimate": self.estimate,
+            "estimate_state": self.estimate_state,
         }
 
 
@@ -204,10 +209,11 @@ def _source(chunk: retrieval.RetrievedChunk, ref: CollectionRef) -> dict[str, An
     return {
         "id": chunk.id,
         "rank": chunk.rank,
-        "title": context.title,
+        "title": plaintext.readable(context.title) or context.title,
         "source": context.source,
         "position": context.position,
-        "text": chunk.text,
+        "text": chunk.text,  # as the prompt has it
+        "shown": plaintext.readable(chunk.text),  # as the card shows it: markdown marks dropped
         "relevance": chunk.relevance,
         "fused": rounded(chunk.fused_score, 5),
         "dense": rounded(chunk.dense_score, 4),
@@ -319,6 +325,58 @@ async def _measure_prompt(run: AnswerRun) -> None:
         src["tokens"] = counts.get(src["id"])
 
 
+def explain_empty(run: AnswerRun, *, stopped: bool) -> None:
+    """An answer that ended without a word of text (the guard cut it all, the model wrote nothing, the
+    learner stopped it first) says why on its card, and where its sources are: the retrieval was done
+    and is worth reading. A failed answer's error says why already."""
+    if run.error or run.record.generated_text.strip():
+        return
+    reason = run.record.finish_reason
+    if reason == answer_guard.FINISH_REASON:
+        why = _("답이 없습니다: 모델이 답을 쓰기 전에 되풀이부터 해서 멈췄습니다.")
+    elif stopped:
+        why = _("답이 없습니다: 첫 글자가 나오기 전에 멈췄습니다.")
+    elif reason == "length":
+        why = _("답이 없습니다: 모델이 빈칸만 쓰다가 max_tokens에 닿았습니다.")
+    else:
+        why = _("답이 없습니다: 모델이 아무 글자도 쓰지 않고 끝냈습니다 (끝 토큰이나 멈춤 문자열이 바로 나왔습니다).")
+    if run.sources:
+        where = _("검색된 자료 %(n)d개는 아래 '검색된 자료'에서 읽을 수 있습니다.") % {"n": len(run.sources)}
+    else:
+        where = _("검색된 자료도 없었습니다.")
+    run.notice("empty", f"{why} {where}")
+
+
+def cached_state(record: RequestRecord) -> str:
+    """Where the cached-token count stands: "reported"; "cut" (vLLM puts it only in its final usage
+    chunk, and the answer was stopped before it: by the learner or the repeat guard); "unreported"
+    (the engine finished without it: it runs without --enable-prompt-tokens-details)."""
+    if record.cached_tokens is not None:
+        return "reported"
+    if record.finish_reason in (None, answer_guard.FINISH_REASON):
+        return "cut"
+    return "unreported"
+
+
+def needs_speeds(run: AnswerRun) -> bool:
+    """Whether an estimate can be made for ``run``, given the learner's speeds: it did not fail and
+    has a shape (prompt tokens and at least one output token), finished, stopped or cut alike.
+    Otherwise its ``estimate_state`` says why there is none."""
+    if run.error:
+        run.estimate_state = "failed"
+    elif run.record.prompt_tokens is None or not run.record.output_tokens:
+        run.estimate_state = "no_output"
+    else:
+        return True
+    return False
+
+
+def estimate_set(run: AnswerRun, speeds: Speeds | None) -> None:
+    """The estimate on ``run`` from the learner's speeds (``needs_speeds`` first), and its state."""
+    run.estimate = estimate(run.record, speeds)
+    run.estimate_state = "ok" if run.estimate is not None else "no_speeds"
+
+
 def estimate(record: RequestRecord, speeds: Speeds | None) -> dict[str, Any] | None:
     """The chapter's estimator on this answer's shape, from the learner's measured speeds."""
     if speeds is None or record.prompt_tokens is None or not record.output_tokens:
@@ -339,6 +397,7 @@ def estimate(record: RequestRecord, speeds: Speeds | None) -> dict[str, Any] | N
         "basis_job": speeds.basis_job,
         "samples": speeds.samples,
         "uncached_prompt_tokens": uncached,
+        "cached_known": record.cached_tokens is not None,  # unknown: the whole prompt counted as prefill
     }
 
 

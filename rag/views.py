@@ -15,36 +15,69 @@ from rag.chunking import CHUNK_SIZES
 from rag.models import Conversation
 
 
-def chat_labels() -> dict[str, str]:
+def chat_labels() -> dict[str, Any]:
     """The chat script's words, translated here so the page stays in one language."""
+    return (
+        {
+            "connected": _("연결됨"),
+            "disconnected": _("연결 끊김: 다시 연결하는 중…"),
+            "stop": _("멈추기"),
+            "ask_again": _("다른 설정으로 다시 묻기"),
+            "streaming": _("답변 중"),
+            "done": _("완료"),
+            "stopped": _("멈춤 (부분 답변 저장됨)"),
+            "failed": _("실패"),
+            "retrieving": _("검색 중…"),
+            "prefilling": _("프리필 중 (첫 토큰 기다림)"),
+            "decoding": _("디코드 중"),
+            "retrieval": _("검색"),
+            "queue": _("대기열"),
+            "prefill": _("프리필"),
+            "decode": _("디코드"),
+            "server": _("vLLM 보고"),
+            "client": _("클라이언트 측정"),
+            "ttft": _("TTFT (첫 토큰까지)"),
+            "first_chunk": _("첫 청크 (vllm bench serve 기준)"),
+            "e2el": _("전체 지연"),
+            "tpot": _("TPOT (토큰당 시간)"),
+            "prompt_tokens": _("프롬프트 토큰"),
+            "split": _("지시문 / 검색 자료 / 질문"),
+            "cached_tokens": _("캐시된 토큰"),
+            "output_tokens": _("출력 토큰"),
+            "tokens_per_s": _("토큰/초 (디코드)"),
+            "finish_reason": _("종료 이유"),
+            "websocket": _("웹소켓 오버헤드"),
+            "websocket_help": _("브라우저에서 잰 첫 토큰 시간 − 서버에서 잰 첫 토큰 전송 시간"),
+            "prep": _("질문 수신 → vLLM 요청"),
+            "sources": _("검색된 자료"),
+            "no_sources": _("자료 없음"),
+            "prompt": _("최종 프롬프트 보기"),
+            "rank": _("순위"),
+            "relevance": _("관련도"),
+            "fused": "RRF",
+            "dense": _("코사인 유사도"),
+            "lexical": "BM25",
+            "tokens": _("토큰"),
+            "not_in_prompt": _("길이 초과로 뺌"),
+            "prefill_basis_server": _("프리필 = vLLM 보고값"),
+            "prefill_basis_client": _("프리필 = 클라이언트 TTFT"),
+            "api_completions": _("completions API (우리 템플릿)"),
+            "api_chat": _("chat completions API (모델의 채팅 템플릿)"),
+            "question_empty": _("질문을 입력하세요."),
+            "settings_chunk": _("청크"),
+            "settings_brief": _("짧게 답하기"),
+            "settings_temperature": _("온도"),
+        }
+        | _card_labels()
+        | _missing_labels()
+        | {"details": details_layout()}
+    )
+
+
+def _missing_labels() -> dict[str, str]:
+    """How an answer ended, its estimate, and why a number is missing from its card (by the state the
+    answer saved: estimate_state, cached_state)."""
     return {
-        "connected": _("연결됨"),
-        "disconnected": _("연결 끊김: 다시 연결하는 중…"),
-        "stop": _("멈추기"),
-        "ask_again": _("다른 설정으로 다시 묻기"),
-        "streaming": _("답변 중"),
-        "done": _("완료"),
-        "stopped": _("멈춤 (부분 답변 저장됨)"),
-        "failed": _("실패"),
-        "retrieving": _("검색 중…"),
-        "prefilling": _("프리필 중 (첫 토큰 기다림)"),
-        "decoding": _("디코드 중"),
-        "retrieval": _("검색"),
-        "queue": _("대기열"),
-        "prefill": _("프리필"),
-        "decode": _("디코드"),
-        "server": _("vLLM 보고"),
-        "client": _("클라이언트 측정"),
-        "ttft": _("TTFT (첫 토큰까지)"),
-        "first_chunk": _("첫 청크 (vllm bench serve 기준)"),
-        "e2el": _("전체 지연"),
-        "tpot": _("TPOT (토큰당 시간)"),
-        "prompt_tokens": _("프롬프트 토큰"),
-        "split": _("지시문 / 검색 자료 / 질문"),
-        "cached_tokens": _("캐시된 토큰"),
-        "output_tokens": _("출력 토큰"),
-        "tokens_per_s": _("토큰/초 (디코드)"),
-        "finish_reason": _("종료 이유"),
         "estimate": _("추정기 예측"),
         "estimate_none": _("이 엔진에서 잰 내 실습 1 속도가 아직 없습니다 (실습 1을 이 엔진에서 돌리면 나옵니다)"),
         "measured": _("측정"),
@@ -53,28 +86,65 @@ def chat_labels() -> dict[str, str]:
         "finish_length": _("max_tokens에 닿아 멈춤"),
         "finish_repeat": _("반복을 막으려고 멈춤"),
         "finish_abort": _("중단됨"),
-        "websocket": _("웹소켓 오버헤드"),
-        "websocket_help": _("브라우저에서 잰 첫 토큰 시간 − 서버에서 잰 첫 토큰 전송 시간"),
-        "prep": _("질문 수신 → vLLM 요청"),
-        "sources": _("검색된 자료"),
-        "no_sources": _("자료 없음"),
-        "prompt": _("최종 프롬프트 보기"),
-        "rank": _("순위"),
-        "relevance": _("관련도"),
-        "fused": "RRF",
-        "dense": _("코사인 유사도"),
-        "lexical": "BM25",
-        "tokens": _("토큰"),
-        "not_in_prompt": _("길이 초과로 뺌"),
-        "prefill_basis_server": _("프리필 = vLLM 보고값"),
-        "prefill_basis_client": _("프리필 = 클라이언트 TTFT"),
-        "api_completions": _("completions API (우리 템플릿)"),
-        "api_chat": _("chat completions API (모델의 채팅 템플릿)"),
-        "question_empty": _("질문을 입력하세요."),
-        "settings_chunk": _("청크"),
-        "settings_brief": _("짧게 답하기"),
-        "settings_temperature": _("온도"),
-    } | _card_labels()
+        "estimate_no_output": _("첫 토큰 전에 끝나서 추정할 답의 모양(출력 토큰 수)이 없습니다"),
+        "estimate_failed": _("답이 실패해서 추정하지 않았습니다"),
+        "estimate_cached_unknown": _("캐시된 토큰 수를 몰라 프롬프트 전체를 프리필로 셈"),
+        "cached_cut": _("모름: vLLM은 캐시된 토큰 수를 마지막 보고에만 싣는데, 이 답은 그 전에 멈췄습니다"),
+        "cached_unreported": _("vLLM이 보고하지 않음 (엔진이 프롬프트 토큰 세부 보고 없이 실행됨)"),
+    }
+
+
+def details_layout() -> dict[str, dict[str, Any]]:
+    """The "more" table's groups by key, each with its label and rows (the value's key: its label), in order. What
+    vLLM reported about the request (its per-request metrics) is one group, what this server measured
+    while it read the stream another: no row of one sits under the other's heading."""
+
+    def group(key: str, label: str, rows: list[tuple[str, str]]) -> tuple[str, dict[str, Any]]:
+        return key, {"label": label, "rows": dict(rows)}
+
+    # Keys as the JSON's keys, never its values: the page's words are only the labels.
+    return dict(
+        [
+            group(
+                "server",
+                _("vLLM 보고 (요청별 지표)"),
+                [("queue_server", _("대기열")), ("prefill_server", _("프리필")), ("decode_server", _("디코드"))],
+            ),
+            group(
+                "client",
+                _("클라이언트 측정 (이 서버가 스트림을 받으며 잰 값)"),
+                [
+                    ("ttft", _("TTFT (첫 토큰까지)")),
+                    ("first_chunk", _("첫 청크 (vllm bench serve 기준)")),
+                    ("decode_client", _("디코드")),
+                    ("e2el", _("전체 지연")),
+                    ("tpot", _("TPOT (토큰당 시간)")),
+                    ("tokens_per_s", _("토큰/초 (디코드)")),
+                ],
+            ),
+            group(
+                "tokens",
+                _("토큰 수와 종료 이유"),
+                [
+                    ("prompt_tokens", _("프롬프트 토큰")),
+                    ("split", _("지시문 / 검색 자료 / 질문")),
+                    ("cached_tokens", _("캐시된 토큰")),
+                    ("output_tokens", _("출력 토큰")),
+                    ("finish_reason", _("종료 이유")),
+                ],
+            ),
+            group(
+                "app",
+                _("이 앱의 단계와 계산"),
+                [
+                    ("retrieval_split", _("검색 세부")),
+                    ("prep", _("질문 수신 → vLLM 요청")),
+                    ("estimate", _("추정기 예측")),
+                    ("websocket", _("웹소켓 오버헤드")),
+                ],
+            ),
+        ]
+    )
 
 
 def _card_labels() -> dict[str, str]:

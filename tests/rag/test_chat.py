@@ -731,3 +731,89 @@ def test_the_retrieval_and_prompt_frames_go_out_after_the_request_and_before_any
     before = ({"type": "retrieval"}, {"type": "prompt"})
     aio.run(chat._stream(run, prompt, send, before=before))
     assert events == ["request", "retrieval", "prompt", "token"]
+
+
+def test_an_answer_cut_before_any_text_says_why_and_still_lists_its_sources(fake: scripted.Script) -> None:
+    fake.pieces = [" 프리필이란?", "\n", "답변: 프리필이란?", "\n"]  # the base model echoes the question
+    (frames,) = _answers(_cookie())
+    answer = frames[-1]["answer"]
+    assert answer["status"] == "done" and answer["text"] == ""
+    notices = {n["code"]: n["message"] for n in answer["timings"]["notices"]}
+    assert "repeat" in notices and "되풀이부터" in notices["empty"] and "자료 4개" in notices["empty"]
+    assert len(answer["sources"]) == 4
+
+
+def test_an_answer_the_model_left_empty_says_so_in_words() -> None:
+    run = chat.AnswerRun(
+        question="q",
+        settings=prompting.ChatSettings(),
+        collection=CollectionRef("chapter", "chapter", "챕터", by_language=True),
+        language="ko",
+        stall_timeout_s=5,
+    )
+    run.record.finish_reason = "stop"
+    chat.explain_empty(run, stopped=False)
+    assert "아무 글자도" in run.notices[-1]["message"] and "자료도 없었습니다" in run.notices[-1]["message"]
+    run.notices.clear()
+    run.record.generated_text = " 답입니다."
+    chat.explain_empty(run, stopped=False)
+    assert run.notices == []
+
+
+def test_the_details_table_keeps_vllms_report_and_the_clients_measures_in_groups_apart() -> None:
+    from rag.views import chat_labels
+
+    groups = chat_labels()["details"]
+    rows = {g: list(groups[g]["rows"]) for g in groups}
+    # Only vLLM's per-request metrics sit under its heading; what only the client can measure never does.
+    assert rows["server"] == ["queue_server", "prefill_server", "decode_server"]
+    assert {"ttft", "first_chunk", "e2el", "tpot", "tokens_per_s"} <= set(rows["client"])
+    assert "estimate" in rows["app"] and not {"first_chunk", "e2el", "tokens_per_s", "estimate"} & set(rows["server"])
+    assert "vLLM" in groups["server"]["label"] and "클라이언트" in groups["client"]["label"]
+    every = [key for keys in rows.values() for key in keys]
+    assert len(every) == len(set(every))  # a row is never repeated
+    script = (settings.BASE_DIR / "labapp/static/lab/chat.js").read_text()
+    assert "L.details" in script and 'scope: "col" }, L.client' not in script  # drawn from the layout
+
+
+def test_a_stopped_answer_keeps_its_estimate_and_says_why_its_cached_tokens_are_unknown(
+    fake: scripted.Script, settings: Any
+) -> None:
+    from bench.models import BenchJob
+
+    speeds = {"prefill_speed": 600.0, "decode_speed": 25.0, "cells": [{}, {}]}
+    learner = User.objects.get_or_create(username="learner1")[0]
+    BenchJob.objects.create(
+        owner=learner, kind="speed", lab=1, status="done", engine_url=settings.VLLM_BASE_URL, results=speeds
+    )
+    frames, answer = _stream_then("stop", fake)
+    assert answer.status == Answer.Status.STOPPED
+    assert frames[-1]["answer"]["timings"]["estimate_state"] == "ok"  # the card gets it at once
+    t = answer.timings
+    # Lab 1's speeds exist: the stopped answer is estimated, never told they are missing.
+    assert t["estimate_state"] == "ok" and t["estimate"]["decode_speed"] == 25.0
+    assert t["estimate"]["cached_known"] is False  # vLLM had not sent its final usage yet
+    assert t["cached_state"] == "cut" and t["tokens"]["prompt"] is not None
+
+
+def test_the_estimate_state_and_cached_state_say_why_a_number_is_missing() -> None:
+    from rag.vllm.records import RequestRecord
+
+    run = chat.AnswerRun(
+        question="q",
+        settings=prompting.ChatSettings(),
+        collection=CollectionRef("chapter", "chapter", "챕터", by_language=True),
+        language="ko",
+        stall_timeout_s=5,
+    )
+    run.record = RequestRecord(prompt_tokens=40, output_tokens=0)
+    assert not chat.needs_speeds(run) and run.estimate_state == "no_output"
+    run.record = RequestRecord(prompt_tokens=40, output_tokens=5, cached_tokens=32, finish_reason=None)
+    assert chat.needs_speeds(run)
+    chat.estimate_set(run, chat.Speeds(prefill=100.0, decode=10.0, basis="lab 1", samples=2))
+    assert run.estimate_state == "ok" and run.estimate is not None and run.estimate["uncached_prompt_tokens"] == 8
+    assert run.timings()["tokens"]["cached"] == 32 and run.timings()["cached_state"] == "reported"
+    chat.estimate_set(run, None)
+    assert run.estimate_state == "no_speeds"
+    assert chat.cached_state(RequestRecord(finish_reason="stop")) == "unreported"
+    assert chat.cached_state(RequestRecord(finish_reason="repeat")) == "cut"

@@ -1,7 +1,7 @@
 // The RAG chat: asks over a websocket, draws tokens as they arrive and the timing panel
 // live while an answer streams. Model output only ever goes through textContent.
 // The card: a split bar (retrieval | queue | prefill | decode) over one row of key numbers,
-// the engine that answered, and the rest behind "more" (vLLM's and the client's numbers side by side).
+// the engine that answered, and the rest behind "more" (vLLM's report and the client's measures in groups apart).
 (function () {
   "use strict";
   const L = JSON.parse(document.getElementById("chat-labels").textContent);
@@ -95,19 +95,6 @@
     article.scrollIntoView({ block: "nearest" });
   }
 
-  // One row of the "more" table: what, then the vLLM-reported and the client-measured value
-  // side by side (one spanning cell when only one side exists); a row is never repeated.
-  function row(table, key, label, server, client, help) {
-    const tr = el("tr", { "data-row": key, title: help || "" });
-    tr.append(el("th", { scope: "row" }, label));
-    if (server === undefined) {
-      tr.append(el("td", { "data-k": key, colspan: "2" }, client));
-    } else {
-      tr.append(el("td", { "data-k": key + "_server" }, server), el("td", { "data-k": client.key }, client.value));
-    }
-    table.append(tr);
-  }
-
   // Which prefill the card shows: vLLM's own when it reported one, else the client's TTFT.
   function prefillOf(t, x) {
     const s = t.server || {}, c = t.client || {};
@@ -150,32 +137,62 @@
     drawBar(article, t, x, prefill.value);
   }
 
+  // The "more" table: the groups and rows the page declares (rag.views.details_layout), vLLM's
+  // per-request metrics apart from what this server measured on the stream, one value per row.
+  function detailValues(t, x) {
+    const c = t.client || {}, s = t.server || {}, tok = t.tokens || {}, e = t.estimate;
+    const reason = t.finish_reason ? L["finish_" + t.finish_reason] || t.finish_reason : "—";
+    return {
+      queue_server: has(s.queue_ms) ? ms(s.queue_ms) : (x.streaming ? "…" : L.queue_none),
+      prefill_server: ms(s.prefill_ms),
+      decode_server: ms(s.decode_ms),
+      ttft: x.ttftLive || ms(c.ttft_ms),
+      first_chunk: ms(c.first_chunk_ms),
+      decode_client: x.decodeLive || ms(c.decode_ms),
+      e2el: ms(c.e2el_ms),
+      tpot: x.tpotLive || (has(c.tpot_ms) ? `${num(c.tpot_ms)} ms/tok` : "—"),
+      tokens_per_s: x.speedLive || num(t.decode_speed),
+      prompt_tokens: count(tok.prompt),
+      split: has(tok.instructions) ? `${tok.instructions} / ${tok.context} / ${tok.question}` : "—",
+      cached_tokens: has(tok.cached) ? String(tok.cached) : (L["cached_" + t.cached_state] || "—"),
+      output_tokens: x.outputLive !== undefined ? String(x.outputLive) : count(tok.output),
+      finish_reason: reason + (t.api ? ` · ${L["api_" + t.api]}` : ""),
+      retrieval_split: t.dense_skipped ? `${L.embed_skipped} + ${L.search} ${ms(t.search_ms)}`
+        : has(t.search_ms) ? `${L.embed} ${ms(t.embed_ms)} + ${L.search} ${ms(t.search_ms)}` : "—",
+      prep: ms(t.prep_ms),
+      estimate: e ? `${num(e.prefill_s, 2)} s + ${num(e.decode_s, 2)} s = ${num(e.total_s, 2)} s (${L.measured} ${num(e.measured_s, 2)} s) — ` +
+        `${has(e.basis_job) ? L.basis_lab1.replace("{id}", e.basis_job) : e.basis}: ` +
+        `${L.prefill} ${num(e.prefill_speed, 0)} tok/s, ${L.decode} ${num(e.decode_speed, 1)} tok/s` +
+        (e.cached_known === false ? ` (${L.estimate_cached_unknown})` : "")
+        : (x.streaming ? "…" : estimateMissing(t.estimate_state)),
+      websocket: ms(t.websocket_overhead_ms),
+    };
+  }
+
+  // Why an answer has no estimate, from the state the server saved (an old answer has none: no speeds).
+  function estimateMissing(state) {
+    if (state === undefined || state === "no_speeds") return L.estimate_none;
+    return L["estimate_" + state] || "—";
+  }
+
+  const HELP = { prefill_server: "prefill_help", ttft: "prefill_help", decode_server: "decode_help", decode_client: "decode_help", websocket: "websocket_help" };
+
   function drawMore(article, t, x) {
     const table = article.querySelector("table.timing");
     table.textContent = "";
-    const c = t.client || {}, s = t.server || {}, tok = t.tokens || {};
-    const head = el("tr");
-    head.append(el("th"), el("th", { scope: "col" }, L.server), el("th", { scope: "col" }, L.client));
-    table.append(head);
-    row(table, "prefill", L.prefill_vs_ttft, ms(s.prefill_ms), { key: "ttft", value: x.ttftLive || ms(c.ttft_ms) }, L.prefill_help);
-    row(table, "decode", L.decode, ms(s.decode_ms), { key: "decode_client", value: x.decodeLive || ms(c.decode_ms) }, L.decode_help);
-    row(table, "first_chunk", L.first_chunk, undefined, ms(c.first_chunk_ms));
-    row(table, "e2el", L.e2el, undefined, ms(c.e2el_ms));
-    row(table, "tokens_per_s", L.tokens_per_s, undefined, x.speedLive || num(t.decode_speed));
-    row(table, "retrieval_split", L.retrieval_split, undefined,
-      t.dense_skipped ? `${L.embed_skipped} + ${L.search} ${ms(t.search_ms)}`
-        : has(t.search_ms) ? `${L.embed} ${ms(t.embed_ms)} + ${L.search} ${ms(t.search_ms)}` : "—");
-    row(table, "prep", L.prep, undefined, ms(t.prep_ms));
-    row(table, "split", L.split, undefined, has(tok.instructions) ? `${tok.instructions} / ${tok.context} / ${tok.question}` : "—");
-    const reason = t.finish_reason ? L["finish_" + t.finish_reason] || t.finish_reason : "—";
-    row(table, "finish_reason", L.finish_reason, undefined, reason + (t.api ? ` · ${L["api_" + t.api]}` : ""));
-    const e = t.estimate;
-    row(table, "estimate", L.estimate, undefined,
-      e ? `${num(e.prefill_s, 2)} s + ${num(e.decode_s, 2)} s = ${num(e.total_s, 2)} s (${L.measured} ${num(e.measured_s, 2)} s) — ` +
-        `${has(e.basis_job) ? L.basis_lab1.replace("{id}", e.basis_job) : e.basis}: ` +
-        `${L.prefill} ${num(e.prefill_speed, 0)} tok/s, ${L.decode} ${num(e.decode_speed, 1)} tok/s`
-        : (x.streaming ? "…" : L.estimate_none));
-    row(table, "websocket", L.websocket, undefined, ms(t.websocket_overhead_ms), L.websocket_help);
+    const values = detailValues(t, x);
+    for (const [groupKey, group] of Object.entries(L.details)) {
+      const body = el("tbody", { "data-group": groupKey });
+      const head = el("tr");
+      head.append(el("th", { scope: "colgroup", colspan: "2" }, group.label));
+      body.append(head);
+      for (const [key, label] of Object.entries(group.rows)) {
+        const tr = el("tr", { "data-row": key, title: HELP[key] ? L[HELP[key]] : "" });
+        tr.append(el("th", { scope: "row" }, label), el("td", { "data-k": key }, values[key]));
+        body.append(tr);
+      }
+      table.append(body);
+    }
   }
 
   function drawBar(article, t, x, prefill) {
@@ -190,6 +207,8 @@
     }
   }
 
+  const clip = (text) => (text.length > 280 ? text.slice(0, 280) + "…" : text);
+
   function drawSources(article, sources) {
     const list = article.querySelector(".sources ol");
     list.textContent = "";
@@ -202,7 +221,7 @@
       const scores = el("span", { class: "scores muted" },
         ` · #${src.rank} · ${L.dense} ${num(src.dense, 2)} (#${src.dense_rank || "—"}) · ${L.lexical} ${num(src.lexical, 1)} (#${src.lexical_rank || "—"}) · ` +
         `${L.fused} ${num(src.fused, 4)} · ${L.tokens} ${count(src.tokens)}` + (src.in_prompt ? "" : ` · ${L.not_in_prompt}`));
-      li.append(link, el("br"), relevance, scores, el("blockquote", {}, src.text.length > 280 ? src.text.slice(0, 280) + "…" : src.text));
+      li.append(link, el("br"), relevance, scores, el("blockquote", {}, clip(src.shown === undefined ? src.text : src.shown)));
       list.append(li);
     }
   }
@@ -224,6 +243,13 @@
     article.querySelector(".prompt pre").textContent = a.prompt || "";
     drawNotices(article, (a.timings || {}).notices);
     drawSources(article, a.sources || []);
+    // An answer with no text says why where the text would be, and opens what was retrieved.
+    const empty = ((a.timings || {}).notices || []).find((n) => n.code === "empty");
+    if (empty && !a.text.trim()) {
+      article.querySelector(".text").textContent = empty.message;
+      article.querySelector(".text").classList.add("empty-answer");
+      article.querySelector(".sources").open = true;
+    }
     drawPanel(article, a.timings || {}, null);
   }
 
