@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from django.utils.translation import gettext as _
@@ -77,6 +78,15 @@ def engine_rates(samples: dict[str, list[float]], start: float) -> dict[str, lis
     return out
 
 
+def has_lone_points(ys: Sequence[float | None]) -> bool:
+    """A value with no value beside it: a line draws nothing for it (Lab 5's prefix-cache hits come
+    only at the samples where a prompt arrived, between long gaps), so such a series needs markers."""
+    return any(
+        y is not None and (i == 0 or ys[i - 1] is None) and (i == len(ys) - 1 or ys[i + 1] is None)
+        for i, y in enumerate(ys)
+    )
+
+
 # The engine panels that can go under the request timeline, in their usual order.
 ENGINE_PANELS = ("requests", "cache", "tokens", "steps")
 ENGINE_PANEL_PX = 120
@@ -109,7 +119,9 @@ def _engine_traces(fig: Any, samples: dict[str, list[float]], start: float, pane
         if panel not in panels:
             continue
         shape = "hv" if panel == "requests" else "linear"
-        trace = go.Scatter(x=xs, y=ys, name=name, mode="lines", line={"color": colour, "shape": shape, "width": 2})
+        mode = "lines+markers" if has_lone_points(ys) else "lines"
+        line = {"color": colour, "shape": shape, "width": 2}
+        trace = go.Scatter(x=xs, y=ys, name=name, mode=mode, line=line, marker={"color": colour, "size": 6})
         fig.add_trace(trace, 2 + panels.index(panel), 1)
     preempted = [(x, n) for x, n in zip(rates["t"], rates["preempted"], strict=True) if n and n > 0]
     if preempted and "requests" in panels:

@@ -10,6 +10,7 @@ urlpatterns = [
     path("", chapter_views.home, name="home"),
     path("chapter/", chapter_views.chapter_index, name="chapter_index"),
     path("chapter/<slug:slug>/", chapter_views.chapter_section, name="chapter_section"),
+    path("favicon.ico", chapter_views.favicon, name="favicon"),
     path("demo/", demo_views.demo, name="demo"),
     path("demo/sweep/", demo_views.demo_sweep, name="demo_sweep"),
     path("demo/sweep/<int:job_id>.json", demo_views.demo_sweep_state, name="demo_sweep_state"),

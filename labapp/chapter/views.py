@@ -1,17 +1,18 @@
-"""Chapter pages: the home page and each section, with its widget."""
+"""Chapter pages: the home page and each section, with its widget; the site's icon."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
+from django.templatetags.static import static
 from django.utils import translation
 from django.views.decorators.http import require_GET
 
 from bench import engines
 from bench.selectors import learner_speeds
-from labapp.chapter.selectors import section_in, sections_in
+from labapp.chapter.selectors import neighbours, section_in, sections_in
 
 # Sections that carry an interactive widget under their text (slug -> template).
 SECTION_WIDGETS = {"estimator": "widgets/estimator.html", "kv-cache": "widgets/kv_stepper.html"}
@@ -19,7 +20,8 @@ SECTION_WIDGETS = {"estimator": "widgets/estimator.html", "kv-cache": "widgets/k
 
 @require_GET
 def home(request: HttpRequest) -> HttpResponse:
-    """The chapter's sections, and for a signed-in learner where they are in the six labs."""
+    """Where to start (the chapter's first page, then the first lab), the chapter's sections, and for a
+    signed-in learner where they are in the six labs."""
     from labapp.labs.catalog import LABS, states_for
 
     states = []
@@ -27,7 +29,13 @@ def home(request: HttpRequest) -> HttpResponse:
         me = int(request.user.pk or 0)
         found = states_for([me])
         states = [found[(me, n)] for n in LABS]
-    context = {"sections": sections_in(translation.get_language() or "ko"), "lab_states": states}
+    sections = sections_in(translation.get_language() or "ko")
+    context = {
+        "sections": sections,
+        "lab_states": states,
+        "first_section": sections[0] if sections else None,
+        "first_lab": LABS[min(LABS)],
+    }
     return render(request, "home.html", context)
 
 
@@ -43,14 +51,24 @@ def chapter_section(request: HttpRequest, slug: str) -> HttpResponse:
     section = section_in(slug, language)
     if section is None:
         raise Http404
+    sections = sections_in(language)
+    previous, following = neighbours(sections, section.slug)
     context: dict[str, Any] = {
         "section": section,
-        "sections": sections_in(language),
+        "sections": sections,
+        "previous": previous,
+        "next": following,
         "widget": SECTION_WIDGETS.get(section.slug),
     }
     if section.slug == "estimator":
         context["speeds"] = _estimator_speeds(request)
     return render(request, "chapter_section.html", context)
+
+
+@require_GET
+def favicon(request: HttpRequest) -> HttpResponse:
+    """Browsers that ask for /favicon.ico without reading the page's icon link get the static SVG."""
+    return redirect(static("lab/favicon.svg"), permanent=True)
 
 
 def _estimator_speeds(request: HttpRequest) -> dict[str, Any] | None:

@@ -186,3 +186,28 @@ def test_only_the_lines_the_lab_reads_reach_the_parser() -> None:
     assert set(values) <= server_metrics.WANTED and values["vllm:time_to_first_token_seconds_sum"] == 2.5
     assert "vllm:cache_config_info" not in values
     assert server_metrics.parse("") == {} and server_metrics.parse("# HELP only comments\n") == {}
+
+
+def test_a_series_with_lone_points_is_drawn_with_markers() -> None:
+    """Lab 5's prefix-cache hits come only at the samples where a prompt arrived: as a line alone it never drew."""
+    from bench.charts import has_lone_points
+
+    assert has_lone_points([None, 40.0, None, None, 80.0, None])
+    assert has_lone_points([12.0, None, 3.0, 4.0])  # one lone point is enough
+    assert not has_lone_points([1.0, 2.0, None, 3.0, 4.0]) and not has_lone_points([None, None])
+    # On a figure: queries only at the second and fifth samples, so the hit % has two lone values.
+    requests = [{"t_send": 100.0 + i, "ttft": 0.1, "decode_time": 0.5} for i in range(3)]
+    samples = _samples(
+        [99.9, 100.1, 100.3, 100.5, 100.7, 100.9],
+        running=[0, 1, 1, 1, 1, 0],
+        waiting=[0] * 6,
+        kv_cache_usage=[0.0, 0.1, 0.1, 0.1, 0.2, 0.0],
+        prefix_cache_queries=[0, 100, 100, 100, 200, 200],
+        prefix_cache_hits=[0, 40, 40, 40, 120, 120],
+    )
+    results = {"cells": [{"cell": "a", "completed": 3, "requests": requests, "server": {"timeline": samples}}]}
+    figure = charts.timeline(results)
+    assert figure is not None
+    traces = {t["name"]: t for t in figure["data"]}
+    assert traces["프리픽스 캐시 적중 %"]["mode"] == "lines+markers"
+    assert traces["KV 캐시 사용률 %"]["mode"] == "lines"
