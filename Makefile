@@ -72,8 +72,14 @@ $(BROWSER_DEPS):
 	$$SUDO apt-get install -y -q chromium fonts-nanum >/dev/null 2>&1 || \
 	{ $$SUDO apt-get update -q >/dev/null && $$SUDO apt-get install -y -q chromium fonts-nanum >/dev/null; }
 
+# axe-core for the browser tests' accessibility checks (tests/axe.py), from npm, pinned.
+AXE := .tools/node_modules/axe-core/axe.min.js
+$(AXE):
+	@echo "== installing axe-core for the browser tests' accessibility checks"
+	npm install --prefix .tools --no-save --no-audit --no-fund --silent axe-core@4.14.1
+
 # --durations: every run shows where its time went.
-test: $(VENV)/.installed $(ENGINE_DEPS) $(BROWSER_DEPS) $(EMBED_ONNX)
+test: $(VENV)/.installed $(ENGINE_DEPS) $(BROWSER_DEPS) $(EMBED_ONNX) $(AXE)
 	$(PY) -m pytest --durations=25 $(PYTEST_ARGS)
 
 # Lint and every test without a real service or the browser (tests/conftest.py marks those integration

@@ -55,9 +55,14 @@ BROWSER_FIXTURES = frozenset({"chromium", "browser"})
 
 
 def tier_markers(fixturenames: Iterable[str]) -> set[str]:
-    """The tier markers a test earns by the fixtures it uses (its own markers are kept as well)."""
+    """The tier markers a test earns by the fixtures it uses (its own markers are kept as well).
+
+    ``engine``: it needs the real vLLM engine, the one service that takes minutes to start; CI's
+    PostgreSQL pass leaves these out (their database work is the same ORM code the others run).
+    """
     names = set(fixturenames)
     tiers = {"integration"} if names & SERVICE_FIXTURES else set()
+    tiers |= {"engine"} if "engine" in names else set()
     return tiers | ({"browser"} if names & BROWSER_FIXTURES else set())
 
 
@@ -69,8 +74,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(name)
     # Playwright's sync API keeps an event loop running in the main thread for the rest of
     # the session, after which Django refuses ORM calls there and asyncio.run() fails:
-    # tests that use the browser go last.
-    items.sort(key=lambda item: "browser" in getattr(item, "fixturenames", ()))
+    # tests that use the browser go last. Before them, the tests that need the engine: it
+    # starts in the background at collection (pytest_collection_finish) and takes minutes,
+    # which the tests without it fill. A stable sort keeps pytest-django's order in each group.
+    items.sort(
+        key=lambda item: (item.get_closest_marker("browser") is not None, item.get_closest_marker("engine") is not None)
+    )
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -83,7 +92,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     for service in reversed(list(_services.values())):
         service.stop()
     run_dir = Path(os.environ["LAB_TEST_DATA_DIR"])
-    if exitstatus == 0 and run_dir.parent.name == "tests":
+    # LAB_KEEP_TEST_DATA=1 keeps a green run's folder too (its logs, database and job timings).
+    if exitstatus == 0 and run_dir.parent.name == "tests" and not os.environ.get("LAB_KEEP_TEST_DATA"):
         shutil.rmtree(run_dir, ignore_errors=True)
 
 

@@ -82,19 +82,19 @@ def test_chroma_stores_and_finds_an_embedded_text(chroma_server: str) -> None:
     assert vectorstore.count(name) == 2
 
 
-@pytest.mark.django_db(transaction=True)
-def test_building_the_chapter_index_twice_leaves_one_copy_of_each_chunk(chroma_server: str) -> None:
-    from labapp.chapter.services import chapter_load
+def test_building_the_chapter_index_again_adds_nothing_and_a_forced_rebuild_leaves_one_copy_of_each_chunk(
+    chapter_indexed: None, shared_database: None
+) -> None:
+    """On the index the run built once (``chapter_indexed``, as `make run`'s index step does): a second
+    build finds every page current, and a forced one replaces each page's chunks without doubling any."""
     from rag import vectorstore
     from rag.services import CHAPTER_COLLECTION, chapter_index
 
-    chapter_load()
-    first = chapter_index()
-    second = chapter_index()
-    assert first.chunks > 0 and second.indexed == 0 and second.chunks == first.chunks
-    assert vectorstore.count(CHAPTER_COLLECTION) == first.chunks
+    built = vectorstore.count(CHAPTER_COLLECTION)
+    again = chapter_index()
+    assert built > 0 and again.indexed == 0 and again.chunks == built
     forced = chapter_index(force=True)
-    assert vectorstore.count(CHAPTER_COLLECTION) == forced.chunks == first.chunks
+    assert forced.indexed > 0 and vectorstore.count(CHAPTER_COLLECTION) == forced.chunks == built
 
 
 def _ws_round_trip(url: str, origin: str) -> dict[str, object]:
@@ -130,16 +130,12 @@ def test_a_websocket_gets_a_clear_error_for_a_bad_message(web_server: str) -> No
     assert aio.run(go())["type"] == "error"
 
 
-@pytest.mark.django_db(transaction=True)
-def test_hybrid_retrieval_finds_korean_answers(chroma_server: str) -> None:
-    """Recall@5 on the Korean evaluation set (rag/eval/chapter_qa_ko.jsonl), 1000-character chunks."""
-    from labapp.chapter.services import chapter_load
+def test_hybrid_retrieval_finds_korean_answers(chapter_indexed: None, shared_database: None) -> None:
+    """Recall@5 on the Korean evaluation set (rag/eval/chapter_qa_ko.jsonl), 1000-character chunks, on the
+    index the run built once (``chapter_indexed``, as `make run`'s index step does)."""
     from rag import embeddings
     from rag.evaluation import evaluate
-    from rag.services import chapter_index
 
-    chapter_load()
-    chapter_index()
     assert embeddings.backend() == "onnx", "make test exports the bundled model to ONNX"
     recall = {row.mode: row for row in evaluate(chunk_size=1000, modes=("lexical", "hybrid"))}
     assert recall["hybrid"].questions >= 40

@@ -19,6 +19,7 @@ import pytest
 
 from labapp.ops.stack import __main__ as stack
 from labapp.ops.stack.components import Component, PrepareError
+from tests.axe import AXE_JS
 from tests.settings import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -183,10 +184,11 @@ def test_the_wrapper_names_a_missing_binary_and_a_failed_preparation(
 
 
 def test_a_second_make_finds_every_install_and_the_model_up_to_date() -> None:
-    targets = [".venv/.installed", ".venv-engine/.installed", "data/models/gemma-3-270m/config.json"]
+    AXE = str(AXE_JS.relative_to(ROOT))
+    targets = [".venv/.installed", ".venv-engine/.installed", "data/models/gemma-3-270m/config.json", AXE]
     done = subprocess.run(["make", "--question", *targets], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, f"make would redo work: {done.stdout}{done.stderr}"
     dry = subprocess.run(
         ["make", "--dry-run", "test", "PYTEST_ARGS=--version"], cwd=ROOT, capture_output=True, text=True
     )
-    assert "pip install" not in dry.stdout and "convert_model" not in dry.stdout
+    assert "pip install" not in dry.stdout and "convert_model" not in dry.stdout and "npm install" not in dry.stdout
