@@ -195,22 +195,31 @@ def checks(r: dict[str, Any]) -> list[Check]:
         Check(
             _("웜 요청의 TTFT가 콜드의 절반 이하"),
             faster,
-            f"{cold.get('median_ttft_ms') or 0:.0f} → {warm.get('median_ttft_ms') or 0:.0f} ms",
+            _("TTFT: 콜드 %(cold).0f ms → 웜 %(warm).0f ms") % {"cold": _ms(cold), "warm": _ms(warm)},
             "" if faster else (noise_advice(r) if cached else cache_advice),
         ),
         Check(
             _("웜 요청은 캐시된 토큰이 있고 콜드는 없음"),
             cached,
-            f"{cold.get('median_cached_tokens') or 0:.0f} / {warm.get('median_cached_tokens') or 0:.0f}",
+            _("캐시된 토큰: 콜드 %(cold).0f, 웜 %(warm).0f") % {"cold": _cached(cold), "warm": _cached(warm)},
             "" if cached else cache_advice,
         ),
         Check(
             _("청크 순서를 바꾸면 캐시를 더 쓰지 못함"),
             reorder,
-            f"{other.get('median_cached_tokens') or 0:.0f} → {reordered.get('median_cached_tokens') or 0:.0f}",
+            _("캐시된 토큰: 다른 질문 %(other).0f → 청크 순서를 바꾼 질문 %(reordered).0f")
+            % {"other": _cached(other), "reordered": _cached(reordered)},
             "" if reorder else _("top-k를 2 이상으로 두어 순서를 바꿀 청크가 여러 개가 되게 하고 다시 실행하세요."),
         ),
     ]
+
+
+def _ms(cell: dict[str, Any]) -> float:
+    return float(cell.get("median_ttft_ms") or 0)
+
+
+def _cached(cell: dict[str, Any]) -> float:
+    return float(cell.get("median_cached_tokens") or 0)
 
 
 def speedup_what(config: PrefixConfig) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -657,3 +658,13 @@ def test_lab_6s_checks_say_the_direction_they_measured_in_the_claims_order() -> 
     assert by_name["전체 시간이 줄어듦"].message == "짧게 지시한 답이 전체 시간 70% 줄어듦"
     grew = {c.name: c for c in short.checks(results | {"time_saved_pct": -7.0})}["전체 시간이 줄어듦"]
     assert not grew.passed and grew.message == "짧게 지시한 답이 전체 시간 7% 늘어남"
+
+
+def test_lab_5s_checks_name_each_number_in_the_claims_order() -> None:
+    """Bare "2100 → 300 ms" or "0 / 1500" said nothing of which ask was which: each number is named."""
+    by_name = {name: c.message for name, c in _checked("prefix", BASELINES["prefix"]()).items()}
+    assert re.fullmatch(r"TTFT: 콜드 \d+ ms → 웜 \d+ ms", by_name["웜 요청의 TTFT가 콜드의 절반 이하"])
+    assert re.fullmatch(r"캐시된 토큰: 콜드 0, 웜 \d+", by_name["웜 요청은 캐시된 토큰이 있고 콜드는 없음"])
+    assert re.fullmatch(
+        r"캐시된 토큰: 다른 질문 \d+ → 청크 순서를 바꾼 질문 \d+", by_name["청크 순서를 바꾸면 캐시를 더 쓰지 못함"]
+    )
