@@ -398,6 +398,36 @@ def estimate(record: RequestRecord, speeds: Speeds | None) -> dict[str, Any] | N
         "samples": speeds.samples,
         "uncached_prompt_tokens": uncached,
         "cached_known": record.cached_tokens is not None,  # unknown: the whole prompt counted as prefill
+        "off": estimate_off(record, uncached, (prefill_s, decode_s), speeds),
+    }
+
+
+OFF_RATIO = 1.5  # an estimate this many times off (either way) says which half missed, and why
+
+
+def estimate_off(
+    record: RequestRecord, uncached: int, halves: tuple[float, float], speeds: Speeds
+) -> dict[str, Any] | None:
+    """Where an estimate far from the measurement went wrong: the half (prefill or decode) that missed
+    by more, this answer's own speed in it beside the learner's Lab 1 speed, and the ratio measured /
+    estimated. None when it is close, or when the answer has no timings."""
+    prefill_t, decode_t = record.prefill_time, record.decode_time
+    if prefill_t is None or decode_t is None or sum(halves) <= 0:
+        return None
+    ratio = (prefill_t + decode_t) / sum(halves)
+    if 1 / OFF_RATIO <= ratio <= OFF_RATIO:
+        return None
+    decode_missed = abs(decode_t - halves[1]) >= abs(prefill_t - halves[0])
+    if decode_missed:
+        answer = record.decode_speed  # tokens per second after the first, as Lab 1's
+    else:
+        answer = uncached / prefill_t if prefill_t > 0 else None
+    lab = speeds.decode if decode_missed else speeds.prefill
+    return {
+        "half": "decode" if decode_missed else "prefill",
+        "ratio": round(ratio, 1),
+        "answer_speed": None if answer is None else round(answer, 1),
+        "lab_speed": round(lab, 1),
     }
 
 

@@ -89,6 +89,14 @@ def _missing_labels() -> dict[str, str]:
         "estimate_no_output": _("첫 토큰 전에 끝나서 추정할 답의 모양(출력 토큰 수)이 없습니다"),
         "estimate_failed": _("답이 실패해서 추정하지 않았습니다"),
         "estimate_cached_unknown": _("캐시된 토큰 수를 몰라 프롬프트 전체를 프리필로 셈"),
+        "estimate_off_decode": _(
+            "측정이 추정의 {ratio}배: 이 답의 디코드 속도 {answer} tok/s가 실습 1에서 잰 {lab} tok/s와 다릅니다 "
+            "(그때와 다른 부하, 다른 길이의 답에서 잼)"
+        ),
+        "estimate_off_prefill": _(
+            "측정이 추정의 {ratio}배: 이 답의 프리필 속도 {answer} tok/s가 실습 1에서 잰 {lab} tok/s와 다릅니다 "
+            "(그때와 다른 부하, 다른 길이의 프롬프트에서 잼)"
+        ),
         "cached_cut": _("모름: vLLM은 캐시된 토큰 수를 마지막 보고에만 싣는데, 이 답은 그 전에 멈췄습니다"),
         "cached_unreported": _("vLLM이 보고하지 않음 (엔진이 프롬프트 토큰 세부 보고 없이 실행됨)"),
     }

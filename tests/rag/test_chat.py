@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -21,7 +22,7 @@ from django.test import Client
 
 from labapp.asgi import application
 from labapp.ops import scripted
-from rag import chat, conversations, prompting, retrieval
+from rag import chat, conversations, prompting, retrieval, views
 from rag.access import CollectionRef
 from rag.models import Answer, Conversation
 from rag.vectorstore import RetrievalUnavailable
@@ -817,3 +818,23 @@ def test_the_estimate_state_and_cached_state_say_why_a_number_is_missing() -> No
     assert run.estimate_state == "no_speeds"
     assert chat.cached_state(RequestRecord(finish_reason="stop")) == "unreported"
     assert chat.cached_state(RequestRecord(finish_reason="repeat")) == "cut"
+
+
+def test_an_estimate_far_off_says_which_half_missed_and_the_answers_own_speed_beside_lab_1s() -> None:
+    """The chat's decode ran at half Lab 1's speed (another load, another length): the row says so
+    instead of leaving a 2× miss unexplained; a close estimate says nothing more."""
+    from rag.vllm.records import RequestRecord
+
+    speeds = chat.Speeds(prefill=1000.0, decode=20.0, basis="lab 1", samples=3)
+
+    def answered(prompt: int, output: int, first_token_s: float, last_token_s: float) -> RequestRecord:
+        return RequestRecord(prompt_tokens=prompt, output_tokens=output, text_chunk_at=[first_token_s, last_token_s])
+
+    # Estimated 0.5 s + 2.05 s; measured 0.5 s + 4 s (40 tokens after the first at 10 tok/s).
+    off = chat.estimate(answered(500, 41, 0.5, 4.5), speeds)["off"]  # type: ignore[index]
+    assert off == {"half": "decode", "ratio": 1.8, "answer_speed": 10.0, "lab_speed": 20.0}
+    slow_prefill = chat.estimate(answered(2000, 21, 6.0, 7.0), speeds)["off"]  # type: ignore[index]
+    assert slow_prefill["half"] == "prefill" and slow_prefill["answer_speed"] == pytest.approx(333.3)
+    assert chat.estimate(answered(500, 41, 0.5, 2.6), speeds)["off"] is None  # type: ignore[index]
+    labels = views.chat_labels()
+    assert {"{ratio}", "{answer}", "{lab}"} <= set(re.findall(r"\{\w+\}", labels["estimate_off_decode"]))

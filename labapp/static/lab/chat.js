@@ -163,10 +163,18 @@
       estimate: e ? `${num(e.prefill_s, 2)} s + ${num(e.decode_s, 2)} s = ${num(e.total_s, 2)} s (${L.measured} ${num(e.measured_s, 2)} s) — ` +
         `${has(e.basis_job) ? L.basis_lab1.replace("{id}", e.basis_job) : e.basis}: ` +
         `${L.prefill} ${num(e.prefill_speed, 0)} tok/s, ${L.decode} ${num(e.decode_speed, 1)} tok/s` +
-        (e.cached_known === false ? ` (${L.estimate_cached_unknown})` : "")
+        (e.cached_known === false ? ` (${L.estimate_cached_unknown})` : "") + estimateOff(e.off)
         : (x.streaming ? "…" : estimateMissing(t.estimate_state)),
       websocket: ms(t.websocket_overhead_ms),
     };
+  }
+
+  // Why an estimate far from the measurement missed (rag.chat.estimate_off): the half, and its two speeds.
+  function estimateOff(off) {
+    if (!off) return "";
+    const words = L["estimate_off_" + off.half] || "";
+    return ". " + words.replace("{ratio}", num(off.ratio, 1)).replace("{answer}", num(off.answer_speed, 1))
+      .replace("{lab}", num(off.lab_speed, 1));
   }
 
   // Why an answer has no estimate, from the state the server saved (an old answer has none: no speeds).
