@@ -60,8 +60,13 @@ INSTALLED_APPS = [
     "labapp.ops",
 ]
 
+# The layers that set security headers come first: a response made by a layer (the 413 below, a
+# bad Host's 400, CSRF's 403, a static file) passes out only through the layers listed before it,
+# so every response carries them (tests/site/test_security_headers.py walks each way).
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "labapp.middleware.KoreanFirstMiddleware",
@@ -73,8 +78,6 @@ MIDDLEWARE = [
     "labapp.accounts.LocalLearnerMiddleware",
     "labapp.accounts.PasswordChangeRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
-    "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "csp.middleware.CSPMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "axes.middleware.AxesMiddleware",  # last, as django-axes asks: turns a locked-out sign-in into its page
 ]
