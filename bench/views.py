@@ -16,6 +16,7 @@ from bench import access, charts, engines, exports, plotting, reaper, services, 
 from bench.forms import JobForm
 from bench.kinds import registry
 from bench.models import BenchJob
+from labapp import request_numbers
 from rag.vllm import client as vllm_client
 
 
@@ -129,7 +130,7 @@ def noise_rows(jobs: list[BenchJob]) -> list[dict[str, Any]]:
 @login_required
 def bench_compare(request: HttpRequest) -> HttpResponse:
     """Two or more of the learner's finished jobs of one kind, drawn over each other, and how their settings differ."""
-    ids = [int(i) for i in request.GET.getlist("ids") if i.isdigit()]
+    ids = request_numbers.wholes(request.GET.getlist("ids"))
     chosen = access.jobs_for(request.user, ids)  # another user's id among them: 404
     error = ""
     if len(chosen) < 2:

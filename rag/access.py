@@ -20,6 +20,7 @@ from django.db.models import QuerySet
 from django.http import Http404
 from django.utils.translation import gettext as _
 
+from labapp import request_numbers
 from labapp.access import classes_of, may_add_class_material, teaches
 from labapp.models import Classroom
 from rag.models import CHAPTER_COLLECTION, Answer, Conversation, Document
@@ -147,7 +148,7 @@ def documents_visible(user: AbstractBaseUser | AnonymousUser) -> list[str]:
 
 def _classroom_id(collection: str) -> int | None:
     prefix, _sep, number = collection.partition("-")
-    return int(number) if prefix == "class" and number.isdigit() else None
+    return request_numbers.whole(number) if prefix == "class" else None
 
 
 def conversations_visible(user: AbstractBaseUser | AnonymousUser) -> QuerySet[Conversation]:

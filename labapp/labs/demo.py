@@ -19,6 +19,7 @@ from django.views.decorators.http import require_POST
 from bench import access, charts, configs, engines, kinds, palette, services
 from bench.kinds import retrieval
 from bench.models import BenchJob
+from labapp import request_numbers
 from rag.chunking import CHUNK_SIZES
 from rag.views import chat_context
 
@@ -93,8 +94,8 @@ def demo_labels() -> dict[str, str]:
 @login_required
 def demo(request: HttpRequest) -> HttpResponse:
     job = None
-    if request.GET.get("job", "").isdigit():
-        job = access.owned_job(request.user, int(request.GET["job"]), kind=DEMO_KIND)  # another's: no chart
+    if (job_id := request_numbers.whole(request.GET.get("job"))) is not None:
+        job = access.owned_job(request.user, job_id, kind=DEMO_KIND)  # another's: no chart
     context = chat_context(request, None) | {
         "job": job,
         "job_state": state_words(job) if job else "",
@@ -111,8 +112,8 @@ def demo(request: HttpRequest) -> HttpResponse:
 @require_POST
 def demo_sweep(request: HttpRequest) -> HttpResponse:
     def number(key: str, default: int) -> int:
-        value = request.POST.get(key, "")
-        return int(value) if value.isdigit() else default
+        found = request_numbers.whole(request.POST.get(key))
+        return default if found is None else found
 
     config = sweep_settings(number("top_k_max", 6), number("chunk_size_max", 1000))
     try:
