@@ -12,7 +12,7 @@ from django.shortcuts import redirect, render
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
-from bench import access, charts, engines, exports, plotting, reaper, services, stats
+from bench import access, charts, comparison, engines, exports, plotting, reaper, services, stats
 from bench.forms import JobForm
 from bench.kinds import registry
 from bench.models import BenchJob
@@ -129,19 +129,19 @@ def noise_rows(jobs: list[BenchJob]) -> list[dict[str, Any]]:
 
 @login_required
 def bench_compare(request: HttpRequest) -> HttpResponse:
-    """Two or more of the learner's finished jobs of one kind, drawn over each other, and how their settings differ."""
+    """Two or more of the learner's jobs: of one kind, drawn over each other with how their settings differ;
+    of several kinds, what every kind measures alike and a comparison of each kind's own jobs."""
     ids = request_numbers.wholes(request.GET.getlist("ids"))
     chosen = access.jobs_for(request.user, ids)  # another user's id among them: 404
-    error = ""
     if len(chosen) < 2:
         error = str(gettext_lazy("비교하려면 작업을 두 개 이상 고르세요."))
-    elif len({j.kind for j in chosen}) > 1:
-        error = str(gettext_lazy("같은 종류의 작업끼리만 겹쳐 그릴 수 있습니다."))
-    figures = [] if error else _charts(chosen[0].kind, chosen)
-    differ, same = ([], []) if error else settings_diff(chosen)
-    noise = [] if error else noise_rows(chosen)
-    context = {"jobs": chosen, "charts": figures, "error": error, "differ": differ, "same": same, "noise": noise}
-    return render(request, "bench/compare.html", context, status=400 if error else 200)
+        return render(request, "bench/compare.html", {"jobs": chosen, "error": error}, status=400)
+    if len({j.kind for j in chosen}) > 1:
+        context = {"jobs": chosen, "groups": comparison.kind_groups(chosen), "metrics": comparison.COMMON_METRICS}
+        return render(request, "bench/compare_kinds.html", context | {"pooled": [comparison.pooled(j) for j in chosen]})
+    differ, same = settings_diff(chosen)
+    context = {"jobs": chosen, "charts": _charts(chosen[0].kind, chosen), "differ": differ, "same": same}
+    return render(request, "bench/compare.html", context | {"noise": noise_rows(chosen)})
 
 
 @login_required

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django import forms
@@ -10,6 +10,7 @@ from django.contrib.auth.forms import UserCreationForm
 from django.contrib.auth.models import User
 from django.contrib.auth.password_validation import validate_password
 from django.utils import timezone
+from django.utils.functional import lazy
 from django.utils.translation import gettext_lazy as _
 
 from labapp.classes import services
@@ -110,9 +111,23 @@ class RosterUploadForm(forms.Form):
     )
 
 
+def zone_text() -> str:
+    """The time zone a typed date and time is read in, by its name and its offset from UTC now."""
+    offset = timezone.localtime().strftime("%z")  # "+0900"
+    where = {"zone": timezone.get_current_timezone_name(), "offset": f"{offset[:3]}:{offset[3:]}"}
+    return str(_("시간대 %(zone)s (UTC%(offset)s) 기준")) % where
+
+
+def default_dates() -> dict[str, datetime]:
+    """A new assignment's dates: open from now (to the minute), due a week later at 23:59, local time."""
+    opens = timezone.localtime().replace(second=0, microsecond=0)
+    return {"opens_at": opens, "due_at": (opens + timedelta(days=7)).replace(hour=23, minute=59)}
+
+
 def _datetime_field(label: Any) -> forms.DateTimeField:
     return forms.DateTimeField(
         label=label,
+        help_text=lazy(zone_text, str)(),
         input_formats=[DATETIME_FORMAT, "%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M:%S"],
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format=DATETIME_FORMAT),
     )
@@ -144,6 +159,7 @@ class AssignmentForm(forms.Form):
                 "due_at": timezone.localtime(instance.due_at),
                 "late_rule": instance.late_rule,
             }
+        kwargs.setdefault("initial", default_dates())
         super().__init__(*args, **kwargs)
         self.classroom, self.instance = classroom, instance
 

@@ -15,12 +15,14 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from bench.kinds.registry import key_label
 from labapp.access import learners_of
 from labapp.csvcells import csv_safe
 from labapp.labs import outcomes
 from labapp.labs.catalog import LABS, Lab, LabState, states_for
 from labapp.labs.predict import Comparison, compare
 from labapp.models import Assignment, Classroom
+from labapp.templatetags.classroom import rounded
 
 
 @dataclass(frozen=True)
@@ -110,37 +112,52 @@ def gradebook(classroom: Classroom) -> Gradebook:
 
 
 def _prediction_columns(cell: Cell) -> list[Any]:
-    """The shown job's id, the prediction made with it, what it measured and the error in % (blank: none)."""
+    """The shown job's id, the prediction made with it, what it measured and the error in % (blank: none),
+    rounded as the gradebook shows them."""
     found = cell.comparison
     error = found.error_pct if found is not None else None
     return [
-        cell.job.pk if cell.job is not None else "",
-        found.predicted if found is not None else "",
-        found.measured if found is not None and found.measured is not None else "",
-        round(error, 1) if error is not None else "",
+        cell.job.pk if cell.job is not None else None,
+        rounded(found.predicted) if found is not None else None,
+        rounded(found.measured) if found is not None else None,
+        round(error, 1) if error is not None else None,
     ]
 
 
+def _lab_header(lab: Lab) -> list[str]:
+    """A lab's columns, in the reader's language: "실습 1: 상태" …, its key numbers by their labels."""
+    unit = f" ({lab.target.unit})" if lab.target.unit else ""
+    zone = timezone.get_current_timezone_name()
+    columns = [_("상태"), _("확인"), _("기한"), _("제출 시각 (%(zone)s)") % {"zone": zone}]
+    columns += [key_label(key) for key, _path in lab.keys]
+    columns += [_("작업"), _("예측") + unit, _("측정") + unit, _("예측 오차 (%)"), _("제출한 생각")]
+    return [_("실습 %(number)d: %(column)s") % {"number": lab.number, "column": column} for column in columns]
+
+
+def _lab_columns(cell: Cell) -> list[Any]:
+    """One learner's cells of one lab, in the gradebook's words and rounding (None: an empty cell)."""
+    submission = cell.state.submission
+    submitted_at = timezone.localtime(submission.submitted_at).strftime("%Y-%m-%d %H:%M") if submission else None
+    late = _("늦음") if cell.late else (_("마감 지남") if cell.overdue else None)
+    checks = f"{cell.checks_passed}/{cell.checks_total}" if cell.checks_total else None  # the page shows none
+    line = [str(cell.state.status_label), checks, late, submitted_at]
+    line += [rounded(cell.key_numbers.get(key)) for key, _path in cell.state.lab.keys]
+    return line + _prediction_columns(cell) + [submission.reflection if submission else None]
+
+
 def gradebook_csv(book: Gradebook) -> str:
-    header: list[Any] = ["username", "email"]
+    """The gradebook as a spreadsheet reads it, in the reader's language (docs/instructors.md): the page's
+    words for states and stored words, numbers rounded as the page shows them, and the reflections."""
+    header: list[Any] = [_("학습자"), _("이메일")]
     for lab in book.labs:
-        prefix = f"lab{lab.number}"
-        header += [f"{prefix} status", f"{prefix} checks", f"{prefix} late", f"{prefix} submitted_at"]
-        header += [f"{prefix} {key}" for key, _path in lab.keys]
-        header += [f"{prefix} job", f"{prefix} prediction", f"{prefix} measured", f"{prefix} prediction error %"]
+        header += _lab_header(lab)
     out = io.StringIO()
     writer = csv.writer(out)
     writer.writerow([csv_safe(h) for h in header])
     for row in book.rows:
         line: list[Any] = [row.learner.username, row.learner.email]
         for cell in row.cells:
-            submission = cell.state.submission
-            submitted_at = timezone.localtime(submission.submitted_at).isoformat() if submission else ""
-            late = _("늦음") if cell.late else (_("마감 지남") if cell.overdue else "")
-            line += [str(cell.state.status_label), f"{cell.checks_passed}/{cell.checks_total}", late, submitted_at]
-            numbers = cell.key_numbers
-            line += [numbers.get(key) for key, _path in cell.state.lab.keys]
-            line += _prediction_columns(cell)
+            line += _lab_columns(cell)
         writer.writerow([csv_safe(value) for value in line])
     return out.getvalue()
 

@@ -23,20 +23,26 @@ def lab_mode() -> str:
 KEY_WORDS = {"ok": gettext_lazy("비움"), "unsupported": gettext_lazy("엔진이 지원하지 않음")}
 
 
-@register.filter
-def number(value: Any) -> str:
-    """A key number as the gradebook shows it: up to two decimals, — when missing."""
+def rounded(value: Any) -> Any:
+    """A key number as the gradebook shows it, still a number where it is one (the CSV keeps it summable):
+    up to two decimals, a stored word or yes/no in words, None when missing."""
     if value is None or value == "":
-        return "—"
+        return None
     if isinstance(value, bool):
         return str(_("예") if value else _("아니오"))
     if isinstance(value, str) and value in KEY_WORDS:
         return str(KEY_WORDS[value])
-    if isinstance(value, int):
-        return str(value)
     if isinstance(value, float):
-        return f"{value:.2f}".rstrip("0").rstrip(".")
-    return str(value)
+        two = round(value, 2)
+        return int(two) if two.is_integer() else two
+    return value
+
+
+@register.filter
+def number(value: Any) -> str:
+    """A key number as the gradebook shows it: up to two decimals, — when missing."""
+    shown = rounded(value)
+    return "—" if shown is None else str(shown)
 
 
 @register.filter

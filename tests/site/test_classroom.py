@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -477,11 +478,11 @@ def test_the_csv_export_has_every_learner_and_lab_and_neutralises_formulas(class
     assert "attachment" in response["Content-Disposition"]
     rows = list(csv.reader(io.StringIO(response.content.decode("utf-8-sig"))))
     header, lines = rows[0], {row[0]: dict(zip(rows[0], row, strict=True)) for row in rows[1:]}
-    assert header[:3] == ["username", "email", "lab1 status"] and "lab6 time saved %" in header
+    assert header[:3] == ["학습자", "이메일", "실습 1: 상태"] and "실습 6: 줄어든 시간 (%)" in header
     assert set(lines) == {"learner_a", "'@evil"}
-    assert lines["'@evil"]["email"].startswith("'=HYPERLINK")
-    assert lines["'@evil"]["lab5 cache reset"] == "'=cmd|' /C calc'!A0"
-    assert lines["learner_a"]["lab1 prefill tok/s"] == "600.0" and lines["learner_a"]["lab1 checks"] == "5/5"
+    assert lines["'@evil"]["이메일"].startswith("'=HYPERLINK")
+    assert lines["'@evil"]["실습 5: 캐시 초기화"] == "'=cmd|' /C calc'!A0"
+    assert lines["learner_a"]["실습 1: 프리필 속도 (tok/s)"] == "600" and lines["learner_a"]["실습 1: 확인"] == "5/5"
     assert not any(cell.startswith(("=", "+", "@")) for row in rows for cell in row)
 
 
@@ -644,3 +645,88 @@ def test_the_admin_lists_classes_with_their_join_settings_assignments_and_hand_i
     change = admin.get(f"/admin/labapp/classroom/{world.room_a.pk}/change/")
     assert change.status_code == 200 and "join_code_expires_at" in change.content.decode()
     assert admin.get("/admin/labapp/labsubmission/").status_code == 200
+
+
+# --- the gradebook as an instructor reads it ------------------------------------------------------
+
+
+def _csv(client: Client, room: Classroom) -> tuple[list[str], dict[str, dict[str, str]]]:
+    rows = list(csv.reader(io.StringIO(client.get(f"/classes/{room.pk}/results.csv").content.decode("utf-8-sig"))))
+    return rows[0], {row[0]: dict(zip(rows[0], row, strict=True)) for row in rows[1:]}
+
+
+def _handed_in(world: World, reflection: str) -> None:
+    _job(world.learner_a, "prefix", GOOD[5] | {"cache_reset": "ok", "warm_speedup": 10.129372394048358})
+    LabSubmission.objects.create(
+        user=world.learner_a,
+        lab=1,
+        job=world.job_a,
+        reflection=reflection,
+        key_numbers={"prefill tok/s": 600.123456},
+        submitted_at=timezone.now(),
+    )
+
+
+@pytest.mark.django_db
+def test_the_csv_speaks_the_readers_language_with_the_pages_words_rounding_and_reflections(
+    class_mode: None, world: World
+) -> None:
+    reflection = "프리필은 디코드보다 토큰당 훨씬 빠릅니다"
+    _handed_in(world, reflection)
+    Membership.objects.create(classroom=world.room_a, user=_user("idle"))
+    client = world.client("instructor_a")
+    header, lines = _csv(client, world.room_a)
+    assert lines["idle"]["실습 1: 상태"] == "시작 전" and lines["idle"]["실습 1: 확인"] == ""  # as the page: none
+    mine = lines["learner_a"]
+    assert mine["실습 5: 캐시 초기화"] == "비움" and mine["실습 5: 캐시 적중 시 빨라진 배수"] == "10.13"
+    assert mine["실습 1: 상태"] == "제출함" and mine["실습 1: 제출한 생각"] == reflection
+    assert mine["실습 1: 프리필 속도 (tok/s)"] == "600.12"
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d", mine["실습 1: 제출 시각 (Asia/Seoul)"])
+    assert not [h for h in header if re.search(r"[A-Za-z]{3,}", re.sub(r"Asia/Seoul|tok/s|TTFT|TPOT", "", h))]
+    client.cookies["django_language"] = "en"
+    header, lines = _csv(client, world.room_a)
+    assert header[:3] == ["Learner", "E-mail", "Lab 1: Status"]
+    assert lines["learner_a"]["Lab 5: cache reset"] == "emptied" and lines["learner_a"]["Lab 1: Status"] == "Handed in"
+    shown = [cell for row in [header, *map(list, (r.values() for r in lines.values()))] for cell in row]
+    assert [cell for cell in shown if cell != reflection and re.search("[\uac00-\ud7a3]", cell)] == []
+
+
+@pytest.mark.django_db
+def test_the_gradebook_shows_each_hand_ins_reflection(class_mode: None, world: World) -> None:
+    _handed_in(world, "청크가 클수록 TTFT가 <b>늘었습니다</b>")
+    page = world.client("instructor_a").get(f"/classes/{world.room_a.pk}/results/").content.decode()
+    row = page.split(f'data-learner="{world.learner_a.pk}"')[1].split("</tr>")[0]
+    shown = row.split('<details class="reflection" data-lab="1">')[1].split("</details>")[0]
+    assert "청크가 클수록 TTFT가 &lt;b&gt;늘었습니다&lt;/b&gt;" in shown  # the learner's text, escaped
+    assert row.count('class="reflection"') == 1  # only the lab handed in
+
+
+@pytest.mark.django_db
+def test_an_empty_class_chart_says_so_once(class_mode: None, world: World) -> None:
+    room = services.classroom_create(name="빈 반", instructor=world.instructor_a)
+    Membership.objects.create(classroom=room, user=_user("idle"))
+    page = world.client("instructor_a").get(f"/classes/{room.pk}/results/").content.decode()
+    assert page.count("끝난 실행이 없") == 1 and 'id="no-charts"' in page
+    Membership.objects.create(classroom=room, user=world.learner_a)  # a speed run, a retrieval run
+    BenchJob.objects.filter(owner=world.learner_a, kind="retrieval").delete()
+    page = world.client("instructor_a").get(f"/classes/{room.pk}/results/").content.decode()
+    assert page.count("끝난 실행이 없") == 1 and 'id="empty-charts"' in page and 'id="class-speeds-data"' in page
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("language", "zone"), [("ko", "시간대 Asia/Seoul (UTC+09:00) 기준"), ("en", "In the Asia/Seoul")]
+)
+def test_a_new_assignment_has_dates_to_start_from_and_names_their_time_zone(
+    class_mode: None, world: World, language: str, zone: str
+) -> None:
+    client = world.client("instructor_a")
+    client.cookies["django_language"] = language
+    for url in (f"/classes/{world.room_a.pk}/assignments/new/", f"/classes/{world.room_a.pk}/"):
+        page = client.get(url).content.decode()
+        form = page.split('id="assignment-form"')[1].split("</form>")[0]
+        opens = re.search(r'name="opens_at" value="([^"]+)"', form)
+        due = re.search(r'name="due_at" value="([^"]+)"', form)
+        assert opens and due, form
+        assert due.group(1).endswith("T23:59") and due.group(1) > opens.group(1)
+        assert form.count(zone) == 2  # under each of the two fields

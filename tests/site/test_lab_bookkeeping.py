@@ -144,7 +144,7 @@ def test_the_gradebook_shows_each_learners_prediction_error(learner: User) -> No
     page = _client(teacher).get(f"/classes/{room.pk}/results/").content.decode()
     assert 'data-prediction-error="-25.0"' in page and "-25.0%" in page
     csv_text = _client(teacher).get(f"/classes/{room.pk}/results.csv").content.decode("utf-8-sig")
-    assert "lab1 prediction error %" in csv_text and "-25.0" in csv_text
+    assert "실습 1: 예측 오차 (%)" in csv_text and "-25.0" in csv_text
 
 
 def test_the_run_time_comes_from_my_runs_then_everyones_then_the_estimator(learner: User) -> None:
@@ -198,7 +198,7 @@ def test_an_empty_class_chart_says_so(learner: User) -> None:
     Membership.objects.create(classroom=room, user=learner)
     _job(learner, 1)
     page = _client(teacher).get(f"/classes/{room.pk}/results/").content.decode()
-    assert 'id="class-speeds-data"' in page and "아직 끝난 실행이 없습니다" in page
+    assert 'id="class-speeds-data"' in page and "아직 끝난 실행이 없어 빠진 차트" in page
 
 
 def test_the_gradebook_stands_on_stored_outcomes_and_reads_no_results_once_they_are_kept(learner: User) -> None:
