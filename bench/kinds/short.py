@@ -152,9 +152,14 @@ def _saved_ci(normal: dict[str, Any], other: dict[str, Any]) -> list[float] | No
     return stats.median_ci(_savings(normal, other))
 
 
-def saving(normal: dict[str, Any], other: dict[str, Any], key: str) -> dict[str, Any]:
-    """The median ms of ``key`` saved per question and its 95 % interval (None: fewer than two questions)."""
+def saving(normal: dict[str, Any], other: dict[str, Any], key: str, *, changed_only: bool = False) -> dict[str, Any]:
+    """The median ms of ``key`` saved per question and its 95 % interval (None: fewer than two questions);
+    ``changed_only``: over the questions whose answer the other variant changed (a cap's saving: on an
+    answer it did not reach, the difference is the machine's noise, not the cap)."""
     values = saved_ms(normal, other, key)
+    if changed_only:
+        moved = [a[1].get("answer") != b[1].get("answer") for a, b in _paired(normal, other)]
+        values = [v for v, m in zip(values, moved, strict=False) if m]
     return {"median": median(values), "ci": stats.median_ci(values), "n": len(values)}
 
 
@@ -192,7 +197,7 @@ def cap_effect(normal: dict[str, Any], cap: dict[str, Any]) -> dict[str, Any]:
     effect: dict[str, Any] = {"changed": changed_n, "compared": compared, "no_effect": not cap.get("capped")}
     if effect["no_effect"]:
         return effect | {"time_saved_pct": None, "time_saved_pct_ci": None, "decode_saved_ms": None}
-    decode = saving(normal, cap, "decode_time")
+    decode = saving(normal, cap, "decode_time", changed_only=True)
     return effect | {
         "time_saved_pct": _saved(normal, cap),
         "time_saved_pct_ci": _saved_ci(normal, cap),
@@ -476,7 +481,10 @@ def _total_time_check(normal: dict[str, Any], brief: dict[str, Any]) -> Check:
     if _excludes_zero(_saved(normal, brief), _saved_ci(normal, brief)):
         return Check(name, True, shown)
     decode, prefill = saving(normal, brief, "decode_time"), saving(brief, normal, "ttft")
-    if _excludes_zero(decode["median"], decode["ci"]) and (prefill["median"] or 0) > 0:
+    if not _excludes_zero(decode["median"], decode["ci"]):
+        why = _("지시가 디코드를 잡음 이상으로 줄이지 못해(바로 위 확인) 전체 시간에서 볼 절약이 없습니다 (%(shown)s)")
+        return not_applicable(name, str(why % {"shown": shown}))
+    if (prefill["median"] or 0) > 0:
         why = _(
             "디코드는 줄었지만 지시문이 더한 프리필이 그만큼을 다시 썼습니다. 프리필이 느린 기계에서 이미 짧은 답은 "
             "전체 시간이 거의 그대로입니다: 출력이 길수록 출력 길이가 시간을 정합니다 (%(shown)s)"

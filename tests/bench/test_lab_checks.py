@@ -370,7 +370,9 @@ def test_lab6_fewer_tokens_under_the_cap_alone_do_not_pass_the_instruction_check
     results["cells"][1]["requests"] = _asked(160.0, 11000.0)  # the base model ignores "answer briefly"
     checked = _checked("short", (results, config))
     assert not checked["짧게 답하라는 지시만으로 출력 토큰이 줄어듦 (상한 없이)"].passed
-    assert checked["전체 시간이 줄어듦"].failed and checked["짧게 지시하면 디코드 시간이 줄어듦"].failed
+    assert checked["짧게 지시하면 디코드 시간이 줄어듦"].failed
+    total = checked["전체 시간이 줄어듦"]  # one cause, one failure: no decode saved, nothing for the total to show
+    assert not total.applies and "잡음 이상으로 줄이지 못해" in total.message
     assert checked["상한을 낮추면 출력 토큰과 디코드 시간이 줄어듦"].passed  # the caps still cut the time
 
 

@@ -96,7 +96,7 @@ GOOD: dict[int, dict[str, Any]] = {
             {"completed": 3, "failed": 0, "cell": cell, "max_tokens": cap, "median_output_tokens": tokens}
             | {"median_decode_ms": 70.0 * tokens, "answer_coverage": coverage}
             | QUIET
-            | {"answers": ANSWERS}
+            | {"answers": [a | {"answer": f"{tokens} 토큰의 답"} for a in ANSWERS]}  # a cap changes what it cuts
             # one row per question, in the answers' order: the brief variant is compared question by question
             # the two parts of each request's time, and whether it reached its cap (a cap nobody reached did nothing)
             | {
