@@ -2,9 +2,12 @@
 
 The brief variant asks for a one-line answer and stops at the line's end
 (``rag.prompting``): a base model ignores "answer briefly" but follows the format.
-The caps (``max_tokens``, on the normal prompt) sweep where the answers lose the
-evidence. Output tokens, decode time and evidence coverage per variant; every
-request starts with its own first line, so none profits from another's cached prefix.
+The caps (``max_tokens``) send exactly the normal prompt, so at temperature 0 a cap
+changes an answer only where it cuts it. Every variant of a question sends the same
+first line, and the prefix cache is emptied before each request: every request pays
+its whole prefill, so the brief instruction's own prefill cost shows in its TTFT
+beside the decode it saves. The questions ask for an explanation, so the normal
+answers run long enough that their length decides the time.
 No repeated-line guard here: the stop strings alone end an answer, as the engine does.
 """
 
@@ -18,7 +21,7 @@ from django.utils.translation import gettext_lazy
 from bench import configs, plotting, runner, stats
 from bench.kinds import rag_work, registry, speed
 from bench.kinds.cells import cell_summary, median, watched_cell
-from bench.kinds.checks import Check, all_ok, done_cells, not_applicable
+from bench.kinds.checks import Check, all_ok, done_cells, not_applicable, rerun_advice
 from bench.kinds.labs import Estimate, KeyNumber, Lab, Target, measured_at, shown
 from bench.kinds.registry import Field, Runs
 from bench.kinds.session import CLIENT_TIMEOUT_S, Session, keeps_partial, warm_up
@@ -37,9 +40,9 @@ Measured = dict[str, list[tuple[RequestRecord, dict[str, Any], dict[str, Any]]]]
 
 @dataclass(frozen=True)
 class ShortConfig:
-    questions: int = 3
+    questions: int = 6  # enough that a real saving's interval excludes zero (one odd question is tolerated)
     normal_tokens: int = 160
-    caps: tuple[int, ...] = (16, 32, 64, 128)
+    caps: tuple[int, ...] = (16, 32, 64)
     top_k: int = 3
     chunk_size: int = 500
     seed: int = 0
@@ -103,22 +106,40 @@ def cells_of(measured: Measured, config: ShortConfig) -> list[dict[str, Any]]:
     return cells
 
 
+def _by_question(cell: dict[str, Any]) -> dict[Any, tuple[dict[str, Any], dict[str, Any]]]:
+    """{question id: (request row, answer)} of a cell's answered questions."""
+    answers, rows = cell.get("answers") or [], cell.get("requests") or []
+    return {a.get("id"): (row, a) for a, row in zip(answers, rows, strict=False) if row.get("success")}
+
+
+def _paired(normal: dict[str, Any], other: dict[str, Any]) -> list[tuple[tuple[dict[str, Any], dict[str, Any]], ...]]:
+    theirs = _by_question(other)
+    return [(mine, theirs[key]) for key, mine in _by_question(normal).items() if key in theirs]
+
+
 def pairs(normal: dict[str, Any], other: dict[str, Any]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     """(normal, other) request rows of the same question, both answered: every variant asks the same
     questions in the same order, so a question's answers are compared with each other, not medians
     of different questions (one long answer on either side no longer decides the comparison)."""
+    return [(a[0], b[0]) for a, b in _paired(normal, other)]
 
-    def by_question(cell: dict[str, Any]) -> dict[Any, dict[str, Any]]:
-        answers, rows = cell.get("answers") or [], cell.get("requests") or []
-        return {a.get("id"): row for a, row in zip(answers, rows, strict=False) if row.get("success")}
 
-    theirs = by_question(other)
-    return [(row, theirs[key]) for key, row in by_question(normal).items() if key in theirs]
+def changed(normal: dict[str, Any], other: dict[str, Any]) -> tuple[int, int]:
+    """(questions whose answer the other variant changed, questions compared): at temperature 0 on the
+    same prompt, the only answers that differ are the ones the setting reached."""
+    both = _paired(normal, other)
+    return sum(1 for a, b in both if a[1].get("answer") != b[1].get("answer")), len(both)
 
 
 def _savings(normal: dict[str, Any], other: dict[str, Any]) -> list[float]:
     """Per question, the share of the normal answer's end-to-end time the other variant saved (%)."""
     return [100 * (1 - b["e2el"] / a["e2el"]) for a, b in pairs(normal, other) if a.get("e2el") and b.get("e2el")]
+
+
+def saved_ms(normal: dict[str, Any], other: dict[str, Any], key: str) -> list[float]:
+    """Per question, the ms of ``key`` (a request row's seconds: "ttft", "decode_time") the other variant saved."""
+    both = [(a.get(key), b.get(key)) for a, b in pairs(normal, other)]
+    return [1000 * (a - b) for a, b in both if a is not None and b is not None]
 
 
 def _saved(normal: dict[str, Any], other: dict[str, Any]) -> float | None:
@@ -129,6 +150,17 @@ def _saved(normal: dict[str, Any], other: dict[str, Any]) -> float | None:
 def _saved_ci(normal: dict[str, Any], other: dict[str, Any]) -> list[float] | None:
     """The 95 % bootstrap interval of that median, the questions resampled."""
     return stats.median_ci(_savings(normal, other))
+
+
+def saving(normal: dict[str, Any], other: dict[str, Any], key: str, *, changed_only: bool = False) -> dict[str, Any]:
+    """The median ms of ``key`` saved per question and its 95 % interval (None: fewer than two questions);
+    ``changed_only``: over the questions whose answer the other variant changed (a cap's saving: on an
+    answer it did not reach, the difference is the machine's noise, not the cap)."""
+    values = saved_ms(normal, other, key)
+    if changed_only:
+        moved = [a[1].get("answer") != b[1].get("answer") for a, b in _paired(normal, other)]
+        values = [v for v, m in zip(values, moved, strict=False) if m]
+    return {"median": median(values), "ci": stats.median_ci(values), "n": len(values)}
 
 
 def shorter_longer(normal: dict[str, Any], other: dict[str, Any]) -> tuple[int, int, int]:
@@ -158,24 +190,72 @@ def enough_cap(cells: list[dict[str, Any]]) -> int | None:
     return found
 
 
+def cap_effect(normal: dict[str, Any], cap: dict[str, Any]) -> dict[str, Any]:
+    """What a cap did to the normal answers: nothing when no answer reached it (``no_effect``), else the
+    time and decode it saved, question by question, with intervals and the answers it changed."""
+    changed_n, compared = changed(normal, cap)
+    effect: dict[str, Any] = {"changed": changed_n, "compared": compared, "no_effect": not cap.get("capped")}
+    if effect["no_effect"]:
+        return effect | {"time_saved_pct": None, "time_saved_pct_ci": None, "decode_saved_ms": None}
+    decode = saving(normal, cap, "decode_time", changed_only=True)
+    return effect | {
+        "time_saved_pct": _saved(normal, cap),
+        "time_saved_pct_ci": _saved_ci(normal, cap),
+        "decode_saved_ms": decode["median"],
+        "decode_saved_ms_ci": decode["ci"],
+    }
+
+
 def summary(cells: list[dict[str, Any]]) -> dict[str, Any]:
     """``time_saved_pct``: the brief instruction against the normal answers, question by question
-    (:func:`_saved`); each cap's saving in its cell."""
+    (:func:`_saved`), beside the decode it saved and the prefill its own words cost; each cap's
+    effect in its cell (:func:`cap_effect`)."""
     by = {c["cell"]: c for c in cells}
-    normal = by.get("normal", {})
+    normal, brief = by.get("normal", {}), by.get("brief")
     for cell in _caps_of(cells):
-        cell["time_saved_pct"] = _saved(normal, cell)
-    brief = by.get("brief")
+        cell.update(cap_effect(normal, cell))
+    if not brief:
+        return {"time_saved_pct": None, "time_saved_pct_ci": None, "enough_cap": enough_cap(cells)}
+    decode, prefill = saving(normal, brief, "decode_time"), saving(brief, normal, "ttft")
     return {
-        "time_saved_pct": _saved(normal, brief) if brief else None,
-        "time_saved_pct_ci": _saved_ci(normal, brief) if brief else None,
+        "time_saved_pct": _saved(normal, brief),
+        "time_saved_pct_ci": _saved_ci(normal, brief),
+        "decode_saved_ms": decode["median"],
+        "decode_saved_ms_ci": decode["ci"],
+        "prefill_cost_ms": prefill["median"],
+        "prefill_cost_ms_ci": prefill["ci"],
+        "brief_changed": changed(normal, brief)[0],
         "enough_cap": enough_cap(cells),
     }
 
 
-async def _questions(config: ShortConfig, measured: Measured, session: Session) -> None:
-    """Each question in every variant, one after another; stops at a cancel (``session.cancelled``)."""
-    questions = await rag_work.questions(config.questions, seed=config.seed)
+ASK_WHY = " 이유와 함께 자세히 설명하세요."  # in the question itself: every variant asks it, the normal answer runs
+
+
+@dataclass(frozen=True)
+class Explained:
+    """An evaluation question as Lab 6 asks it, with :data:`ASK_WHY` (a question with a one-word answer
+    leaves nothing for the instruction or a cap to save)."""
+
+    id: str
+    question: str
+    slug: str
+    evidence: str
+
+
+def explained(question: Any) -> Explained:
+    return Explained(question.id, question.question + ASK_WHY, question.slug, question.evidence)
+
+
+def reset_state(resets: list[str]) -> str:
+    """ "ok" when every reset emptied the prefix cache, else the first other answer (e.g. "unsupported")."""
+    return next((r for r in resets if r != "ok"), "ok") if resets else "none"
+
+
+async def _questions(config: ShortConfig, measured: Measured, resets: list[str], session: Session) -> None:
+    """Each question in every variant, one after another, the prefix cache emptied before each request;
+    stops at a cancel (``session.cancelled``)."""
+    questions = [explained(q) for q in await rag_work.questions(config.questions, seed=config.seed)]
     await warm_up(base_url=session.base_url, model=session.model, seed=config.seed)
     plain = await rag_work.prompts(questions, top_k=config.top_k, chunk_size=config.chunk_size)
     brief = await rag_work.prompts(questions, top_k=config.top_k, chunk_size=config.chunk_size, brief=True)
@@ -183,10 +263,11 @@ async def _questions(config: ShortConfig, measured: Measured, session: Session) 
         asked = _("질문 %(n)d") % {"n": number + 1}
         if not await session.start_cell(asked):
             return
+        nonce = nonce_line(config.seed, number)  # one per question: a cap sends exactly the normal prompt
         for name, (is_brief, limit) in config.variants().items():
             prompt = (brief if is_brief else plain)[number]
-            nonce = nonce_line(config.seed, number, name)
             spec = runner.RequestSpec(prompt=nonce + prompt.text, max_tokens=limit, ignore_eos=False, stop=prompt.stop)
+            resets.append(await vllm_client.reset_prefix_cache(session.http))
             record, server = await session.send(spec, f"{asked}: {variant_name(name)}")
             measured[name].append((record, rag_work.answer(prompt, record) | {"id": question.id}, server))
             if session.cancelled:
@@ -195,23 +276,27 @@ async def _questions(config: ShortConfig, measured: Measured, session: Session) 
 
 async def measure(config: ShortConfig, *, base_url: str, model: str, reporter: Reporter) -> tuple[dict[str, Any], bool]:
     measured: Measured = {name: [] for name in config.variants()}
+    resets: list[str] = []
     with keeps_partial(lambda: {"cells": cells_of(measured, config), "cancelled": False}):
         async with vllm_client.connect(base_url, timeout=CLIENT_TIMEOUT_S) as http:
             session = Session(http, base_url=base_url, model=model, total=config.total_requests, reporter=reporter)
-            await _questions(config, measured, session)
+            await _questions(config, measured, resets, session)
     cells = cells_of(measured, config)
-    return {"cells": cells, "cancelled": session.cancelled} | summary(cells), session.cancelled
+    done = {"cells": cells, "cancelled": session.cancelled, "cache_reset": reset_state(resets)}
+    return done | summary(cells), session.cancelled
 
 
 def chart(runs: Runs) -> dict[str, Any]:
-    """Time per variant (TTFT and decode) beside how much of the evidence its answers hold."""
+    """Time per variant (TTFT and decode) beside how much of the evidence its answers hold (a share: 0-1)."""
     names = {c["cell"]: variant_name(c["cell"]) for _run, results in runs for c in results.get("cells", [])}
-    return plotting.bars(
+    figure = plotting.bars(
         runs,
         (_("시간 중앙값 (ms)"), _("답의 근거 포함률 (0-1)")),
         ([("median_ttft_ms", "TTFT"), ("median_decode_ms", _("디코드"))], [("answer_coverage", _("근거 포함률"))]),
         names=names,
     )
+    figure["layout"].setdefault("yaxis2", {})["range"] = [0, 1]
+    return figure
 
 
 def cell_line(cell: dict[str, Any]) -> str:
@@ -220,13 +305,29 @@ def cell_line(cell: dict[str, Any]) -> str:
     return f"{speed.latency_line(str(cell.get('cell', '')), cell)}, {output}"
 
 
+def _span(value: float | None, ci: list[float] | None, unit: str) -> str:
+    """A saving and its interval for the text report: "1200 ms [900, 1500]"."""
+    interval = f" [{ci[0]:.0f}, {ci[1]:.0f}]" if ci else ""
+    return f"{speed.ms(value)} {unit}{interval}"
+
+
+def _cap_report(cell: dict[str, Any]) -> str:
+    if cell.get("no_effect"):
+        return f"{cell['max_tokens']}: no effect (no answer reached the cap)"
+    decode = _span(cell.get("decode_saved_ms"), cell.get("decode_saved_ms_ci"), "ms decode")
+    return f"{cell['max_tokens']}: {decode}, {cell.get('changed')}/{cell.get('compared')} answers changed"
+
+
 def report_lines(results: dict[str, Any]) -> list[str]:
     enough = results.get("enough_cap")
-    caps = [f"{c['max_tokens']}: {speed.ms(c.get('time_saved_pct'))} %" for c in _caps_of(results.get("cells", []))]
+    caps = [_cap_report(c) for c in _caps_of(results.get("cells", []))]
     return [
-        f"brief vs normal: {speed.ms(results.get('time_saved_pct'))} % less time per answer",
-        f"each cap vs normal, time saved: {', '.join(caps) or '—'}",
+        f"brief vs normal: {_span(results.get('time_saved_pct'), results.get('time_saved_pct_ci'), '%')} less time",
+        f"  decode saved {_span(results.get('decode_saved_ms'), results.get('decode_saved_ms_ci'), 'ms')}, "
+        f"instruction's prefill {_span(results.get('prefill_cost_ms'), results.get('prefill_cost_ms_ci'), 'ms')}",
+        f"each cap vs normal, saved: {'; '.join(caps) or '—'}",
         f"smallest cap that keeps the evidence: {enough if enough is not None else '—'}",
+        f"prefix cache emptied before each request: {results.get('cache_reset', '—')}",
     ]
 
 
@@ -290,32 +391,161 @@ def _enough_cap_check(r: dict[str, Any], normal: dict[str, Any]) -> Check:
     return Check(name, True, _("상한 %(n)d 토큰부터 근거를 지킴") % {"n": enough})
 
 
+def _time(ms: float | None) -> str:
+    """A duration as the checks say it: "850 ms", "3.2 s"."""
+    if ms is None:
+        return "—"
+    return f"{ms / 1000:.1f} s" if abs(ms) >= 1000 else f"{ms:.0f} ms"
+
+
+def _amount(value: float, unit: str) -> str:
+    return _time(value) if unit == "ms" else f"{value:.0f}%"
+
+
+def _interval(ci: list[float] | None, unit: str = "ms") -> str:
+    """ "95 % 구간 a ~ b", or that one question gives none."""
+    if not ci:
+        return str(_("구간 없음: 질문이 2개 미만"))
+    return str(_("95%% 구간 %(low)s ~ %(high)s") % {"low": _amount(ci[0], unit), "high": _amount(ci[1], unit)})
+
+
+def _went(saved: float | None, ci: list[float] | None = None, unit: str = "ms", *, interval: bool = True) -> str:
+    """A saving in the direction it went, its interval the same way: "2.2 s 줄어듦 (95% 구간 2.0 s ~ 2.4 s)"."""
+    if saved is None:
+        return "—"
+    if saved == 0 and not interval:
+        return str(_("변화 없음"))
+    grew = saved < 0
+    if grew:
+        saved, ci = -saved, ([-ci[1], -ci[0]] if ci else None)
+    value = (_("%(value)s 늘어남") if grew else _("%(value)s 줄어듦")) % {"value": _amount(saved, unit)}
+    return value + " (" + _interval(ci, unit) + ")" if interval else value
+
+
+def _excludes_zero(median_value: float | None, ci: list[float] | None) -> bool:
+    """A saving shown beyond the noise: its interval lies above zero (one question: the value itself)."""
+    return ci[0] > 0 if ci else (median_value or 0) > 0
+
+
+def _uncertain_advice(median_value: float | None) -> str:
+    if (median_value or 0) > 0:
+        return _(
+            "절약은 보였지만 질문별 95% 구간이 0을 포함합니다: 이 질문 수로는 잡음과 가려낼 수 없습니다. "
+            "질문 수를 늘려 다시 실행하세요."
+        )
+    return rerun_advice()
+
+
+def _brief_decode_check(normal: dict[str, Any], brief: dict[str, Any]) -> Check:
+    """The instruction's saving where it acts: the decode of the same questions, with its interval."""
+    name = _("짧게 지시하면 디코드 시간이 줄어듦")
+    if not (normal and brief):
+        return Check(name, False, _("보통 답이나 짧게 지시한 답이 없음"))
+    decode, (moved, compared) = saving(normal, brief, "decode_time"), changed(normal, brief)
+    shown = _("디코드 보통 → 짧게 지시: %(normal)s → %(brief)s; 질문별 %(saved)s; 답이 바뀐 질문 %(moved)d/%(n)d") % {
+        "normal": _time(normal.get("median_decode_ms")),
+        "brief": _time(brief.get("median_decode_ms")),
+        "saved": _went(decode["median"], decode["ci"]),
+        "moved": moved,
+        "n": compared,
+    }
+    passed = _excludes_zero(decode["median"], decode["ci"])
+    return Check(name, passed, shown, "" if passed else _uncertain_advice(decode["median"]))
+
+
+def _total_shown(normal: dict[str, Any], brief: dict[str, Any]) -> str:
+    """The whole answer's time in the claim's order, beside its two parts: the decode saved, the prefill added."""
+    decode, prefill = saving(normal, brief, "decode_time"), saving(brief, normal, "ttft")
+    return str(
+        _(
+            "전체 시간 보통 → 짧게 지시: %(normal)s → %(brief)s, 질문별 %(went)s; "
+            "디코드 %(decode)s, 지시문의 프리필 %(prefill)s"
+        )
+        % {
+            "normal": _time(normal.get("median_e2el_ms")),
+            "brief": _time(brief.get("median_e2el_ms")),
+            "went": _went(_saved(normal, brief), _saved_ci(normal, brief), "%"),
+            "decode": _went(decode["median"], interval=False),
+            "prefill": _went(None if prefill["median"] is None else -prefill["median"], interval=False),
+        }
+    )
+
+
+def _total_time_check(normal: dict[str, Any], brief: dict[str, Any]) -> Check:
+    """The whole answer, judged apart from the decode: when the decode saving is real but the instruction's
+    own prefill ate it (a slow-prefill CPU, answers already short), the check says so and counts neither way."""
+    name = _("전체 시간이 줄어듦")
+    if not (normal and brief):
+        return Check(name, False, _("보통 답이나 짧게 지시한 답이 없음"))
+    shown = _total_shown(normal, brief)
+    if _excludes_zero(_saved(normal, brief), _saved_ci(normal, brief)):
+        return Check(name, True, shown)
+    decode, prefill = saving(normal, brief, "decode_time"), saving(brief, normal, "ttft")
+    if not _excludes_zero(decode["median"], decode["ci"]):
+        why = _("지시가 디코드를 잡음 이상으로 줄이지 못해(바로 위 확인) 전체 시간에서 볼 절약이 없습니다 (%(shown)s)")
+        return not_applicable(name, str(why % {"shown": shown}))
+    if (prefill["median"] or 0) > 0:
+        why = _(
+            "디코드는 줄었지만 지시문이 더한 프리필이 그만큼을 다시 썼습니다. 프리필이 느린 기계에서 이미 짧은 답은 "
+            "전체 시간이 거의 그대로입니다: 출력이 길수록 출력 길이가 시간을 정합니다 (%(shown)s)"
+        )
+        return not_applicable(name, str(why % {"shown": shown}))
+    return Check(name, False, shown, _uncertain_advice(_saved(normal, brief)))
+
+
+def _cap_detail(normal: dict[str, Any], cap: dict[str, Any]) -> str:
+    """One cap's effect: none when no answer reached it, else the decode it saved and the answers it changed."""
+    effect = cap_effect(normal, cap)
+    if effect["no_effect"]:
+        return str(_("%(cap)s: 효과 없음 (상한에 닿은 답 없음)") % {"cap": variant_name(cap["cell"])})
+    saved = effect["decode_saved_ms"]
+    return str(
+        _("%(cap)s: 디코드 %(saved)s, 바뀐 답 %(moved)d/%(n)d")
+        % {
+            "cap": variant_name(cap["cell"]),
+            "saved": _went(saved, effect["decode_saved_ms_ci"]),
+            "moved": effect["changed"],
+            "n": effect["compared"],
+        }
+    )
+
+
+def _caps_chain(normal: dict[str, Any], bit: list[dict[str, Any]]) -> str:
+    """From the normal answers down to the smallest cap that cut one: "보통 → 상한 32 → 상한 16: 디코드 5.1 s → …"."""
+    chain = [normal, *reversed(bit)]
+    return str(
+        _("%(names)s: 디코드 %(times)s")
+        % {
+            "names": said.join(
+                " → ",
+                [variant_name(normal["cell"]), variant_name(chain[1]["cell"])]
+                + [str(c["max_tokens"]) for c in chain[2:]],
+            ),
+            "times": " → ".join(_time(c.get("median_decode_ms")) for c in chain),
+        }
+    )
+
+
 def _caps_check(normal: dict[str, Any], caps: list[dict[str, Any]]) -> Check:
-    """A lower cap gives fewer output tokens and less decode time: each cap holds, the smallest decodes least."""
+    """A lower cap gives fewer output tokens and less decode time, judged only on the caps some answer reached
+    (the others changed nothing): tokens fall down the chain, and the smallest cap's decode saving is real."""
     name = _("상한을 낮추면 출력 토큰과 디코드 시간이 줄어듦")
     if not (normal and caps):
         return Check(name, False, _("상한 칸이 없음"))
     over = [c["max_tokens"] for c in caps if (c.get("median_output_tokens") or 0) > c["max_tokens"]]
-    smallest, largest = caps[0].get("median_decode_ms") or 0, normal.get("median_decode_ms") or 0
-    # In the claim's order: from the normal answers to the smallest cap.
-    shown = _("디코드: 보통 답 %(normal).0f ms → 상한 %(cap)d 토큰 %(capped).0f ms") % {
-        "normal": largest,
-        "cap": caps[0]["max_tokens"],
-        "capped": smallest,
-    }
     if over:
         return Check(name, False, _("상한을 넘은 칸: %(caps)s") % {"caps": ", ".join(map(str, over))})
-    return Check(name, smallest < largest, shown)
-
-
-def _total_time_check(r: dict[str, Any]) -> Check:
-    """The brief instruction's saving on the whole answer, worded in the direction it went."""
-    saved = r.get("time_saved_pct") or 0
-    if saved >= 0:
-        shown = _("짧게 지시한 답이 전체 시간 %(pct).0f%% 줄어듦") % {"pct": saved}
-    else:
-        shown = _("짧게 지시한 답이 전체 시간 %(pct).0f%% 늘어남") % {"pct": -saved}
-    return Check(_("전체 시간이 줄어듦"), saved > 0, shown)
+    details = said.join("; ", [_cap_detail(normal, c) for c in reversed(caps)])
+    bit = [c for c in caps if c.get("capped")]
+    if not bit:
+        return not_applicable(name, details)
+    tokens = [c.get("median_output_tokens") or 0 for c in [normal, *reversed(bit)]]
+    smallest = cap_effect(normal, bit[0])
+    passed = tokens == sorted(tokens, reverse=True) and _excludes_zero(
+        smallest["decode_saved_ms"], smallest["decode_saved_ms_ci"]
+    )
+    shown = _caps_chain(normal, bit) + "; " + details
+    return Check(name, passed, shown, "" if passed else _uncertain_advice(smallest["decode_saved_ms"]))
 
 
 def checks(r: dict[str, Any]) -> list[Check]:
@@ -325,7 +555,8 @@ def checks(r: dict[str, Any]) -> list[Check]:
     return [
         all_ok(r),
         _brief_tokens_check(normal, brief),
-        _total_time_check(r),
+        _brief_decode_check(normal, brief),
+        _total_time_check(normal, brief),
         _brief_coverage_check(normal, brief),
         _caps_check(normal, _caps_of(cells)),
         _enough_cap_check(r, normal),

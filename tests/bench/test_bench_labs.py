@@ -12,7 +12,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
 from bench import charts, configs, exports, kinds, services, workloads
-from bench.kinds import rag_work, retrieval, session
+from bench.kinds import rag_work, retrieval, session, short
 from bench.models import BenchJob
 from bench.reporting import ProgressReporter
 from labapp.ops import scripted
@@ -266,7 +266,58 @@ def test_short_answers_vary_the_instruction_and_sweep_the_caps(
     assert not cells["cap_2"]["brief"] and "time_saved_pct" in cells["cap_2"]
     sent = [r for r in script.requests if "max_tokens" in r and not r.get("prompt", "").startswith("warm-up")]
     assert len(sent) == 5 and all(r.get("ignore_eos") in (None, False) and r.get("stop") for r in sent)
-    assert {"time_saved_pct", "enough_cap"} <= set(results) and cells["normal"]["answers"][0]["question"] == "질문 0?"
+    assert {"time_saved_pct", "enough_cap"} <= set(results) and cells["normal"]["answers"][0][
+        "question"
+    ] == "질문 0?" + short.ASK_WHY
+
+
+def _short_run(script: scripted.Script, url: str, caps: str) -> dict[str, Any]:
+    """Lab 6 over two questions on the scripted engine: twenty one-token pieces, cut at max_tokens."""
+    script.pieces, script.cut_at_max_tokens = [f" 말{n}" for n in range(20)], True
+    config = kinds.config_for("short", {"questions": "2", "normal_tokens": "64", "caps": caps})
+    results, _ = aio.run(
+        kinds.measure("short", config, base_url=url, model="fake-model", reporter=ProgressReporter(aio.keep_going))
+    )
+    return results
+
+
+def test_lab6_credits_a_cap_only_with_the_answers_it_cut(
+    scripted_engine: tuple[scripted.Script, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every variant of a question sends the same text (a cap exactly the normal prompt), the prefix cache
+    emptied before each request; at temperature 0 only cap 8 changes an answer, caps 24 and 32 do nothing."""
+    _scripted_rag(monkeypatch)
+    script, url = scripted_engine
+    results = _short_run(script, url, "8, 24, 32")
+    cells = {c["cell"]: c for c in results["cells"]}
+    assert cells["cap_8"]["changed"] == 2 and not cells["cap_8"]["no_effect"] and cells["cap_8"]["capped"] == 2
+    assert cells["cap_8"]["decode_saved_ms"] is not None and cells["cap_8"]["median_output_tokens"] == 8
+    for quiet in ("cap_24", "cap_32"):
+        assert cells[quiet]["no_effect"] and cells[quiet]["changed"] == 0 and cells[quiet]["time_saved_pct"] is None
+    assert results["brief_changed"] == 0 and results["cache_reset"] == "unsupported"  # no /reset_prefix_cache here
+    sent = [r for r in script.requests if "max_tokens" in r and not r["prompt"].startswith("warm-up")]
+    first, second = sent[:5], sent[5:]
+    assert [r["max_tokens"] for r in first] == [64, 64, 8, 24, 32] and all(r["temperature"] == 0 for r in sent)
+    assert first[0]["prompt"] == first[2]["prompt"] == first[3]["prompt"] == first[4]["prompt"]
+    assert (
+        first[1]["prompt"] != first[0]["prompt"]
+        and first[1]["prompt"].split("\n")[0] == first[0]["prompt"].split("\n")[0]
+    )
+    assert second[0]["prompt"].split("\n")[0] != first[0]["prompt"].split("\n")[0]  # one first line per question
+    caps = {c.name: c for c in short.checks(results)}["상한을 낮추면 출력 토큰과 디코드 시간이 줄어듦"]
+    assert "상한 32: 효과 없음 (상한에 닿은 답 없음)" in caps.message and caps.message.startswith("보통 → 상한 8: ")
+
+
+def test_lab6_says_no_effect_when_no_answer_reaches_a_cap(
+    scripted_engine: tuple[scripted.Script, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _scripted_rag(monkeypatch)
+    script, url = scripted_engine
+    results = _short_run(script, url, "24, 32, 48")
+    assert all(c["no_effect"] and c["changed"] == 0 for c in results["cells"] if c["cell"].startswith("cap_"))
+    caps = {c.name: c for c in short.checks(results)}["상한을 낮추면 출력 토큰과 디코드 시간이 줄어듦"]
+    assert not caps.applies and caps.message.count("효과 없음 (상한에 닿은 답 없음)") == 3
+    assert "no effect (no answer reached the cap)" in "\n".join(short.report_lines(results))
 
 
 def test_a_cancel_between_requests_keeps_the_finished_cells(

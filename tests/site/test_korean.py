@@ -77,6 +77,7 @@ USER_TEXT = (
     # Written by the worker in the server's language (LANGUAGE_CODE) while the job ran: a running
     # job's current cell and a failed job's error are stored text, not translated when shown.
     "입력 20 / 출력 4", "엔진에 연결하지 못했습니다",
+    "이유와 함께 자세히 설명하세요.",  # Lab 6's ask appended to each (Korean) question: prompt text, as the question
 )  # fmt: skip
 
 

@@ -96,11 +96,24 @@ GOOD: dict[int, dict[str, Any]] = {
             {"completed": 3, "failed": 0, "cell": cell, "max_tokens": cap, "median_output_tokens": tokens}
             | {"median_decode_ms": 70.0 * tokens, "answer_coverage": coverage}
             | QUIET
-            | {"answers": ANSWERS}
+            | {"answers": [a | {"answer": f"{tokens} 토큰의 답"} for a in ANSWERS]}  # a cap changes what it cuts
             # one row per question, in the answers' order: the brief variant is compared question by question
-            | {"requests": [{"success": True, "output_tokens": tokens, "e2el": 2 + 0.07 * tokens} for _ in ANSWERS]}
+            # the two parts of each request's time, and whether it reached its cap (a cap nobody reached did nothing)
+            | {
+                "requests": [
+                    {
+                        "success": True,
+                        "output_tokens": tokens,
+                        "ttft": 2.0,
+                        "decode_time": 0.07 * tokens,
+                        "e2el": 2 + 0.07 * tokens,
+                    }
+                    for _ in ANSWERS
+                ],
+                "capped": 3 if tokens == cap else 0,
+            }
             for cell, cap, tokens, coverage in (
-                ("normal", 160, 160, 0.5),
+                ("normal", 160, 150, 0.5),
                 ("brief", 160, 20, 0.45),
                 ("cap_16", 16, 16, 0.2),
                 ("cap_32", 32, 32, 0.4),

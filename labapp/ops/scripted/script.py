@@ -21,6 +21,7 @@ class Script:
     pieces: list[str] = field(default_factory=lambda: ["프리필은", " 입력을", " 한 번에", " 처리합니다."])
     text: str = "x"
     default_tokens: int = 16
+    cut_at_max_tokens: bool = False  # True: at most max_tokens of the pieces, as an engine stops (finish "length")
     # Timing, from when the request was read (plus ``stall_s``): token k at ttft_s + k·delay_s.
     ttft_s: float = 0.0
     delay_s: float = 0.01  # between tokens (the inter-token latency)

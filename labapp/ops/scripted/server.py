@@ -206,6 +206,8 @@ class ScriptedServer:
         if tokens < 1:
             raise BadRequest("max_tokens must be at least 1")
         pieces = list(script.pieces) or [script.text] * tokens
+        if script.cut_at_max_tokens:
+            pieces = pieces[:tokens]
         words = prompt.split()
         return Generation(
             chat=chat,
