@@ -99,9 +99,9 @@ class RagPrompt:
 
 def rag_questions(count: int, *, seed: int) -> list[Any]:
     """``count`` questions of the Korean evaluation set, a seeded choice (same seed, same questions)."""
-    from rag.evaluation import load_questions
+    from rag.evaluation import EVAL_SETS, load_questions
 
-    questions = load_questions()
+    questions = load_questions(EVAL_SETS[:1])  # the project's own set: the same seed picks what it always picked
     return random.Random(seed).sample(questions, min(count, len(questions)))
 
 

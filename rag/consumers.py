@@ -26,7 +26,7 @@ from django.utils import translation
 from django.utils.translation import gettext as _
 
 from labapp import sockets
-from rag import embeddings
+from rag import embeddings, lexical
 from rag.ask import Ask, EngineOf, Refused, SpeedsOf, browser_timing, configured_engine, no_speeds
 
 CLOSE_UNAUTHENTICATED = 4401
@@ -62,6 +62,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         )
         await self.watch.start()
         await self.accept()
+        lexical.warm_in_background()  # the Korean analyser's model, read while the learner types
         embeddings.warm_in_background()
 
     async def disconnect(self, code: int) -> None:

@@ -14,7 +14,10 @@ from labapp.models import ChapterSection
 from rag.retrieval import Mode, RetrievalResult, retrieve
 from rag.services import CHAPTER_COLLECTION
 
-EVAL_SET = Path(__file__).resolve().parent / "eval" / "chapter_qa_ko.jsonl"
+# The project's questions, then paraphrases written fresh for the tokenizer comparison (short
+# chat-style questions such as "프리필이란?"); both are asked, in this order.
+_EVAL = Path(__file__).resolve().parent / "eval"
+EVAL_SETS = (_EVAL / "chapter_qa_ko.jsonl", _EVAL / "chapter_qa_ko_paraphrases.jsonl")
 
 
 @dataclass(frozen=True)
@@ -35,8 +38,9 @@ class Recall:
     misses: list[str]
 
 
-def load_questions(path: Path = EVAL_SET) -> list[Question]:
-    return [Question(**json.loads(line)) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+def load_questions(paths: tuple[Path, ...] = EVAL_SETS) -> list[Question]:
+    lines = [line for path in paths for line in path.read_text(encoding="utf-8").splitlines()]
+    return [Question(**json.loads(line)) for line in lines if line.strip()]
 
 
 def answer_rank(result: RetrievalResult, question: Question, evidence_at: int) -> int | None:

@@ -21,11 +21,12 @@ from rag import embeddings, lexical, prompting, vectorstore
 Mode = Literal["dense", "lexical", "hybrid"]
 CANDIDATES = 30  # how deep each list goes before fusion
 # The bundled all-MiniLM-L6-v2 is English-only: on the Korean evaluation set its ranking lowers
-# recall when fused at all (recall@1 / @5, 500-character chunks, 2026-12-02: lexical 0.66 / 0.91,
-# fused with the dense ranking at weight 0.1 0.62 / 0.88, at full weight lower still; at 200 and
-# 1000 characters the same). So a Korean question is not embedded with it: hybrid search is the
-# lexical half alone, and saves the embedding (~20 ms of a core, most of a search's time). A
-# multilingual EMBEDDING_MODEL gets its full weight; ``mode="dense"`` still embeds, to compare.
+# recall when fused at all (recall@1 / @5, 98 questions, morphemes, 2026-12-04: at 500 characters
+# lexical alone 0.71 / 0.95, fused with the dense ranking at weight 0.3 0.44 / 0.82, at full weight
+# lower still; at 200 and 1000 characters the same: docs/performance.md). So a Korean question is
+# not embedded with it: hybrid search is the lexical half alone, and saves the embedding (~20 ms of
+# a core, most of a search's time). A multilingual EMBEDDING_MODEL gets its full weight;
+# ``mode="dense"`` still embeds, to compare.
 KOREAN_DENSE_WEIGHT_BUNDLED = 0.0
 
 

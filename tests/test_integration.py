@@ -131,16 +131,20 @@ def test_a_websocket_gets_a_clear_error_for_a_bad_message(web_server: str) -> No
 
 
 def test_hybrid_retrieval_finds_korean_answers(chapter_indexed: None, shared_database: None) -> None:
-    """Recall@5 on the Korean evaluation set (rag/eval/chapter_qa_ko.jsonl), 1000-character chunks, on the
-    index the run built once (``chapter_indexed``, as `make run`'s index step does)."""
+    """Recall on the Korean evaluation sets (rag/evaluation.EVAL_SETS: the project's questions and the
+    paraphrases) at every chunk size, on the index the run built once (``chapter_indexed``, as `make run`'s
+    index step does). Korean is indexed by morphemes (kiwipiepy); with character bigrams the same
+    search found 0.79 / 0.91 / 0.97 in the top 5 and 0.57 / 0.66 / 0.71 first (docs/performance.md)."""
     from rag import embeddings
     from rag.evaluation import evaluate
 
     assert embeddings.backend() == "onnx", "make test exports the bundled model to ONNX"
-    recall = {row.mode: row for row in evaluate(chunk_size=1000, modes=("lexical", "hybrid"))}
-    assert recall["hybrid"].questions >= 40
-    assert recall["hybrid"].at_5 >= 0.9, recall["hybrid"].misses
-    assert recall["hybrid"].at_5 >= recall["lexical"].at_5 - 0.02
+    floors = {200: (0.58, 0.90), 500: (0.68, 0.93), 1000: (0.70, 0.95)}  # recall@1, recall@5
+    for size, (at_1, at_5) in floors.items():
+        recall = {row.mode: row for row in evaluate(chunk_size=size, modes=("lexical", "hybrid"))}
+        assert recall["hybrid"].questions >= 90
+        assert recall["hybrid"].at_1 >= at_1 and recall["hybrid"].at_5 >= at_5, (size, recall["hybrid"].misses)
+        assert recall["hybrid"].at_5 >= recall["lexical"].at_5 - 0.02
     # The chunks were embedded on ONNX Runtime; questions embedded by PyTorch find the same answers.
     with override_settings(EMBEDDING_BACKEND="torch"):
         on_torch = {row.mode: row for row in evaluate(chunk_size=1000, modes=("dense", "hybrid"))}

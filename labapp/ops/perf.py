@@ -29,6 +29,7 @@ from labapp.ops.report import markdown, save
 from labapp.ops.stack import launch
 from labapp.ops.stack.components import cpu_has_fast_bf16, engine_dtype, served_model
 from rag import embeddings
+from rag.chunking import CHUNK_SIZES
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "labapp.settings")
 
@@ -182,7 +183,7 @@ def retrieval_rows(quick: bool) -> list[Row]:
 
 def recall_rows(quick: bool) -> list[Row]:
     """Recall on the Korean evaluation set with the question embedded on each backend, side by side."""
-    options: dict[str, Any] = {"chunk_size": [500] if quick else [500, 1000], "backend": "both"}
+    options: dict[str, Any] = {"chunk_size": [500] if quick else list(CHUNK_SIZES), "backend": "both"}
     found = _run("eval_retrieval", **options)
     assert isinstance(found, list)
     by = {(r["backend"], r["chunk_size"], r["mode"]): r for r in found}
@@ -199,6 +200,21 @@ def recall_rows(quick: bool) -> list[Row]:
             ]
             rows.append((f"recall@1 / @5, {mode}, {size}-character chunks", ", ".join(figures), command))
     return rows
+
+
+def tokenizer_rows(quick: bool) -> list[Row]:
+    """Korean recall and lexical search time of each tokenizer at every chunk size (the lexical half alone,
+    what a Korean question is searched by with the bundled model; ``--quick``: the same, it takes seconds)."""
+    found = _run("compare_tokenizers")
+    assert isinstance(found, list)
+    return [
+        (
+            f"recall@1 / @5 and lexical search p50, {row['tokenizer']}, {row['chunk_size']}-character chunks",
+            f"{row['at_1']:.2f} / {row['at_5']:.2f}, {row['search_p50_ms']:.2f} ms",
+            "python manage.py compare_tokenizers",
+        )
+        for row in found
+    ]
 
 
 def _record_labs(labs: str, folder: Path) -> None:
@@ -270,7 +286,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer runs and sizes (a few minutes)")
     parser.add_argument(
-        "--only", default="", help="comma-separated: chat,fidelity,client,race,retrieval,recall,decode,gradebook"
+        "--only",
+        default="",
+        help="comma-separated: chat,fidelity,client,race,retrieval,recall,tokenizers,decode,gradebook",
     )
     args = parser.parse_args(argv)
     django.setup()
@@ -283,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
         "race": lambda: race_rows(args.quick),
         "retrieval": lambda: retrieval_rows(args.quick),
         "recall": lambda: recall_rows(args.quick),
+        "tokenizers": lambda: tokenizer_rows(args.quick),
         "decode": lambda: decode_rows(args.quick),
         "gradebook": lambda: gradebook_rows(args.quick),
     }

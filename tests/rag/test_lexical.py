@@ -3,14 +3,37 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
-from rag.lexical import BM25Index, hangul_share, reciprocal_rank_fusion, terms
+from rag.lexical import BM25Index, bigrams, hangul_share, reciprocal_rank_fusion, terms
 
 
 def test_korean_runs_become_bigrams_and_latin_words_stay_whole() -> None:
-    assert terms("프리필은 TTFT를") == ["프리", "리필", "필은", "를", "ttft"]
+    assert bigrams("프리필은 TTFT를") == ["프리", "리필", "필은", "를", "ttft"]
+    assert terms("프리필은 TTFT를", "bigram") == bigrams("프리필은 TTFT를")
+
+
+def test_korean_becomes_content_morphemes_with_nouns_written_together_joined() -> None:
+    found = terms("프리필은 TTFT를 top-k로 줄입니다")
+    assert {"프리필", "ttft", "top-k", "줄이다"} <= set(found)
+    assert not {"은", "를", "로", "필은"} & set(found)  # particles and endings are left out
+    assert "프리필" not in terms("프리픽스 캐싱")
+
+
+def test_an_unknown_tokenizer_is_named() -> None:
+    with pytest.raises(ValueError, match=r"unknown tokenizer 'words'.*kiwi, bigram"):
+        terms("프리필", "words")
+
+
+def test_a_saved_index_keeps_its_tokenizer_and_the_title_is_searched_but_not_stored(tmp_path: Path) -> None:
+    index = BM25Index.build({"a": "입력을 한 번에 계산합니다."}, {"a": {"title": "프리필"}}, tokenizer="bigram")
+    index.save(tmp_path / "i", stamp="s")
+    opened = BM25Index.load(tmp_path / "i", stamp="s")
+    assert opened is not None and opened.tokenizer == "bigram"
+    assert opened.search("프리필", 1)[0][0] == "a"
+    assert opened.chunk("a") == ("입력을 한 번에 계산합니다.", {"title": "프리필"})
 
 
 def test_particles_do_not_hide_a_match() -> None:
@@ -42,11 +65,11 @@ def _plain_bm25(documents: dict[str, str], query: str, k: int) -> list[tuple[str
     import math
     from collections import Counter
 
-    counted = {doc_id: Counter(terms(text)) for doc_id, text in documents.items()}
+    counted = {doc_id: Counter(bigrams(text)) for doc_id, text in documents.items()}
     n = len(counted)
     average = sum(sum(c.values()) for c in counted.values()) / n
     df = Counter(term for c in counted.values() for term in c)
-    query_terms = set(terms(query))
+    query_terms = set(bigrams(query))
     scores = []
     for doc_id, c in counted.items():
         score = 0.0
@@ -66,7 +89,8 @@ def test_the_inverted_index_ranks_exactly_as_the_plain_formula_ties_included() -
     words = "프리필 디코드 토큰 캐시 프롬프트 검색 청크 지연 TTFT TPOT KV top-k 1600".split()
     documents = {f"d{i}": " ".join(rng.choices(words, k=rng.randint(1, 40))) for i in range(600)}
     documents |= {"twin-a": "캐시 지연", "twin-b": "캐시 지연"}  # equal scores: the earlier one first
-    index = BM25Index.build(documents)
+    # The arithmetic is what is checked, on the cheaper tokenizer (the formula tokenizes every text per query).
+    index = BM25Index.build(documents, tokenizer="bigram")
     for _ in range(60):
         query = " ".join(rng.choices(words, k=rng.randint(1, 5)))
         for k in (0, 1, 5, 30):
@@ -77,7 +101,7 @@ def test_the_inverted_index_ranks_exactly_as_the_plain_formula_ties_included() -
     assert twins == ["twin-a", "twin-b"]
 
     def idf(term: str) -> float:
-        df = sum(term in terms(text) for text in documents.values())
+        df = sum(term in bigrams(text) for text in documents.values())
         return math.log(1 + (len(documents) - df + 0.5) / (df + 0.5))
 
     assert index.coverage("캐시 TTFT", "twin-a") == pytest.approx(idf("캐시") / (idf("캐시") + idf("ttft")))
