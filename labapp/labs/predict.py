@@ -4,7 +4,9 @@ and the prediction's error against what the run measured.
 What a lab asks to predict, how it is estimated and how a run's results answer it are the lab's
 ``Target``, declared with the lab by the kind that serves it (``bench.kinds.labs``). Here are the
 functions every lab shares: of a lab's typed settings, the learner's speeds and a job's results and
-``prediction`` (``BenchJob.prediction``: {value, unit, what, made_at}, set by the lab's run form).
+``prediction`` (``BenchJob.prediction``: {value, unit, what, made_at, and the estimator's value and formula
+when the learner had speeds: estimate, formula}, set by the lab's run form). The learner's value and the
+estimator's are kept apart, so the page shows each under its own name, during the run and after it.
 """
 
 from __future__ import annotations
@@ -36,11 +38,15 @@ def estimate(number: int, config: Any, prefill: float | None, decode: float | No
     return found.estimate(config, prefill, decode)
 
 
-def prediction_for(number: int, config: Any, value: float) -> dict[str, Any]:
-    """What ``BenchJob.prediction`` keeps of a learner's predicted value."""
+def prediction_for(number: int, config: Any, value: float, estimated: Estimate | None = None) -> dict[str, Any]:
+    """What ``BenchJob.prediction`` keeps of a learner's predicted value, and apart from it the estimator's
+    value the run card showed beside it (None: the learner had no speeds, or the lab has no formula)."""
     found = target(number)
     what = found.what(config) if config is not None else ""
-    return {"value": value, "unit": found.unit, "what": what, "made_at": timezone.now().isoformat()}
+    kept = {"value": value, "unit": found.unit, "what": what, "made_at": timezone.now().isoformat()}
+    if estimated is not None:
+        kept |= {"estimate": estimated.value, "formula": estimated.formula}
+    return kept
 
 
 @dataclass(frozen=True)
@@ -49,8 +55,10 @@ class Comparison:
 
     what: str
     unit: str
-    predicted: float
+    predicted: float  # the learner's
     measured: float | None
+    estimate: float | None = None  # the chapter's estimator's, as the run card showed it at the run
+    formula: str = ""
 
     @property
     def error(self) -> float | None:
@@ -89,4 +97,7 @@ def compare(job: Any, *, stored: dict[str, Any] | None = None) -> Comparison | N
     config = kind.saved_config(job.config or {})
     found = kind.lab.target
     what = found.what(config) if config is not None else str(prediction.get("what") or "")  # reader's words
-    return Comparison(what, str(prediction.get("unit") or found.unit), value, measured)
+    unit = str(prediction.get("unit") or found.unit)
+    return Comparison(
+        what, unit, value, measured, finite(prediction.get("estimate")), str(prediction.get("formula") or "")
+    )

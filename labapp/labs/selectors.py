@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy, ngettext
 
 from labapp.access import classes_learning
 from labapp.labs.catalog import LABS
@@ -16,6 +16,7 @@ from labapp.models import Assignment
 from rag.estimator import gen_seconds
 
 RECENT = 5  # finished runs a time is the median of
+LOOKED_AT = 50  # latest finished runs of the lab on the engine searched for ones with the run button's settings
 
 
 def same_engine(url: str) -> list[str]:
@@ -30,32 +31,71 @@ class RunTime:
     basis: str
 
 
-def _median_seconds(rows: Iterable[dict[str, Any]]) -> tuple[float, int] | None:
-    spans = [(r["finished_at"] - r["started_at"]).total_seconds() for r in rows if r["started_at"] and r["finished_at"]]
-    return (statistics.median(spans), len(spans)) if spans else None
-
-
-def run_time(user: AbstractBaseUser, number: int, engine_url: str, speeds: Any, config: Any) -> RunTime:
-    """How long a run of the lab on ``engine_url`` may take: the learner's previous finished runs of this
-    lab there, else everyone's finished runs of its kind there, else the estimator with the learner's
-    speeds (``speeds``: ``rag.chat.Speeds`` or None), else unknown."""
+def _same_settings_spans(number: int, engine_url: str, config: Any) -> list[float]:
+    """Seconds each of the latest finished runs of the lab took on ``engine_url`` with settings ``config``
+    (anyone's: the engine and the settings fix the time, not who pressed the button), newest first."""
     from bench.models import BenchJob
 
-    done = BenchJob.objects.filter(status=BenchJob.Status.DONE, engine_url__in=same_engine(engine_url))
-    fields = ("started_at", "finished_at")
-    mine = _median_seconds(done.filter(owner_id=user.pk, lab=number).order_by("-pk").values(*fields)[:RECENT])
-    if mine is not None:
-        return RunTime(mine[0], _("이 엔진에서 내가 이 실습을 실행한 최근 %(n)d번의 중앙값") % {"n": mine[1]})
-    everyone = _median_seconds(done.filter(kind=LABS[number].job_kind).order_by("-pk").values(*fields)[:RECENT])
-    if everyone is not None:
-        return RunTime(
-            everyone[0], _("이 엔진에서 모두가 실행한 같은 종류 작업 최근 %(n)d번의 중앙값") % {"n": everyone[1]}
+    lab = LABS[number]
+    rows = (
+        BenchJob.objects.filter(
+            status=BenchJob.Status.DONE,
+            lab=number,
+            kind=lab.job_kind,
+            engine_url__in=same_engine(engine_url),
+            started_at__isnull=False,
+            finished_at__isnull=False,
         )
-    shapes = LABS[number].declared.shapes(config)  # the lab's settings fix its requests' lengths, or none
-    if speeds is not None and shapes and speeds.prefill > 0 and speeds.decode > 0:
-        seconds = sum(sum(gen_seconds(i, o, speeds.prefill, speeds.decode)) for i, o in shapes)
-        return RunTime(seconds, _("내 속도로 추정기에 넣은 값 (요청 %(n)d개)") % {"n": len(shapes)})
-    return RunTime(None, _("처음 실행이라 시간을 아직 모름"))
+        .order_by("-finished_at", "-pk")
+        .values("config", "started_at", "finished_at")[:LOOKED_AT]
+    )
+    spans = [
+        (r["finished_at"] - r["started_at"]).total_seconds()
+        for r in rows
+        if r["started_at"] and r["finished_at"] and lab.kind.saved_config(r["config"] or {}) == config
+    ]
+    return spans[:RECENT] if config is not None else []
+
+
+# Why the estimator cannot give a run's time beforehand.
+UNSHAPED = gettext_lazy(
+    "요청의 길이가 검색한 문서에 따라 달라 추정기로 미리 셀 수 없습니다. 한 번 실행하면 그 시간으로 알려 드립니다."
+)
+FIRST_SPEEDS = gettext_lazy("이 실행이 이 엔진에서 내 속도를 처음 잽니다. 잰 속도가 없어 시간을 미리 셀 수 없습니다.")
+NO_SPEEDS = gettext_lazy("이 엔진에서 잰 내 속도가 없어 추정기로 셀 수 없습니다. 실습 1을 하면 채워집니다.")
+
+
+def _estimated(number: int, config: Any, speeds: Any) -> RunTime:
+    """The chapter's estimator over every request the lab's settings fix, at the learner's speeds; or why not."""
+    lab = LABS[number].declared
+    shapes = lab.shapes(config)
+    if not shapes:
+        return RunTime(None, str(UNSHAPED))
+    if speeds is None or speeds.prefill <= 0 or speeds.decode <= 0:
+        return RunTime(None, str(FIRST_SPEEDS if lab.speeds else NO_SPEEDS))
+    seconds = sum(sum(gen_seconds(i, o, speeds.prefill, speeds.decode)) for i, o in shapes)
+    return RunTime(seconds, _("내 속도로 추정기에 넣은 값 (요청 %(n)d개)") % {"n": len(shapes)})
+
+
+def run_time(number: int, engine_url: str, speeds: Any) -> RunTime:
+    """How long a run of the lab's button may take on ``engine_url`` (the one owner of the run card's time):
+    the median of the latest finished runs of the lab with the same settings on the same engine; with
+    none, the chapter's estimator at the learner's speeds (``speeds``: ``rag.chat.Speeds`` or None); else
+    unknown, saying why. A job of the same kind with other settings (a /bench/ job) never counts: its
+    requests are not this run's."""
+    config = LABS[number].run_settings()
+    spans = _same_settings_spans(number, engine_url, config)
+    if spans:
+        return RunTime(
+            statistics.median(spans),
+            ngettext(
+                "이 엔진에서 같은 설정으로 한 이 실습의 최근 %(n)d번 실행의 중앙값",
+                "이 엔진에서 같은 설정으로 한 이 실습의 최근 %(n)d번 실행의 중앙값",
+                len(spans),
+            )
+            % {"n": len(spans)},
+        )
+    return _estimated(number, config, speeds)
 
 
 def assignments_of(user: AbstractBaseUser) -> dict[int, list[Assignment]]:

@@ -32,13 +32,20 @@ def run_settings(number: int) -> Any:
 
 
 def lab_run(
-    *, user: AbstractBaseUser, number: int, engine_url: str | None = None, prediction: float | None = None
+    *,
+    user: AbstractBaseUser,
+    number: int,
+    engine_url: str | None = None,
+    prediction: float | None = None,
+    estimated: predict.Estimate | None = None,
 ) -> Any:
-    """A run made for the lab (``BenchJob.lab``), with the learner's prediction of its key number if given."""
+    """A run made for the lab (``BenchJob.lab``), with the learner's prediction of its key number if given
+    (and apart from it, ``estimated``: the estimator's value the run card showed)."""
     from bench import services
 
     lab = LABS[number]  # past the per-user job limit: services.JobsBusy, nothing made
-    predicted = None if prediction is None else predict.prediction_for(number, run_settings(number), prediction)
+    config = run_settings(number)
+    predicted = None if prediction is None else predict.prediction_for(number, config, prediction, estimated)
     return services.job_submit(
         owner=user,
         kind=lab.job_kind,

@@ -45,21 +45,34 @@ def lab_list(request: HttpRequest) -> HttpResponse:
     return render(request, "labs/list.html", {"rows": rows, "now": now})
 
 
+def _estimate_now(request: HttpRequest, number: int) -> tuple[Any, predict.Estimate | None]:
+    """The learner's speeds on the chosen engine and the chapter's estimate of the lab's number with them."""
+    speeds = bench_selectors.learner_speeds(request.user, engines.chosen_url(request.session))  # type: ignore[arg-type]
+    settings = lab_services.run_settings(number)
+    return speeds, predict.estimate(number, settings, speeds.prefill, speeds.decode) if speeds else None
+
+
+def _own_prediction(job: Any) -> str:
+    """The value the learner typed for their latest run ("" when they typed none)."""
+    found = predict.compare(job) if job is not None else None
+    return f"{found.predicted:g}" if found is not None else ""
+
+
 def _run_context(request: HttpRequest, number: int, state: LabState) -> dict[str, Any]:
-    """The run card: the prediction form (prefilled with the estimate, or with a refused draft), its
-    estimate's formula and the run's expected time."""
-    engine_url = engines.chosen_url(request.session)
-    speeds = bench_selectors.learner_speeds(request.user, engine_url)  # type: ignore[arg-type]
+    """The run card: the prediction form (holding the learner's own latest prediction, or a refused draft;
+    never the estimator's value, which is shown apart under its own name), the estimate's formula, the
+    prediction of a run under way, and the run's expected time."""
+    speeds, estimate = _estimate_now(request, number)
     settings = lab_services.run_settings(number)
     target = predict.target(number)
-    estimate = predict.estimate(number, settings, speeds.prefill, speeds.decode) if speeds else None
     example = predict.estimate(number, settings, 1000.0, 50.0) if speeds is None else None
     draft = request.session.get(_draft_key(number))  # a refused run's prediction, shown as typed, with its error
     if draft is not None:
         form = RunForm({"prediction": draft}, target=target)
         form.is_valid()
     else:
-        form = RunForm(initial={"prediction": f"{estimate.value:g}" if estimate else ""}, target=target)
+        form = RunForm(initial={"prediction": _own_prediction(state.job)}, target=target)
+    running = state.job is not None and state.job.active
     return {
         "run_form": form,
         "target": target,
@@ -67,7 +80,8 @@ def _run_context(request: HttpRequest, number: int, state: LabState) -> dict[str
         "estimate": estimate,
         "example_estimate": example,
         "speeds": speeds,
-        "run_time": lab_selectors.run_time(request.user, number, engine_url, speeds, settings),  # type: ignore[arg-type]
+        "running_prediction": predict.compare(state.job) if running else None,
+        "run_time": lab_selectors.run_time(number, engines.chosen_url(request.session), speeds),
     }
 
 
@@ -115,6 +129,7 @@ def lab_run(request: HttpRequest, number: int) -> HttpResponse:
             number=number,
             engine_url=engine_url,
             prediction=form.cleaned_data["prediction"],
+            estimated=_estimate_now(request, number)[1],  # kept apart from the learner's, under its own name
         )
     except services.JobsBusy as exc:
         messages.error(request, str(exc))

@@ -4,12 +4,16 @@ Each probe runs in its own thread with a deadline, so a dead or hanging
 component turns red with its error instead of stalling the page. The results are
 kept STATUS_CACHE_S seconds in Django's cache: however many visitors reload the
 page, the engine, the worker and the embedding model are asked once in that time.
-Any URL in a detail or an error is shown without its credentials.
+Any URL in a detail or an error is shown without its credentials. A component that is down is
+described in words (``failures``), never by its exception, which goes to the server log; one that the
+stack supervisor started and that has not answered yet reads "starting", with the time left
+(``labapp.starts``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import threading
 import time
@@ -26,7 +30,17 @@ from django.db import connection
 from django.utils.functional import Promise
 from django.utils.translation import gettext_lazy as _
 
+from labapp import starts
+from labapp.status import failures
+
 StrOrPromise = str | Promise
+log = logging.getLogger(__name__)
+
+
+class State:
+    OK = "ok"
+    STARTING = "starting"  # started by the supervisor, not answering yet
+    DOWN = "down"
 
 
 @dataclass
@@ -36,7 +50,23 @@ class ComponentStatus:
     ok: bool
     round_trip_ms: float | None = None
     details: dict[str, str] = field(default_factory=dict)
-    error: str = ""
+    error: str = ""  # the exception, for admins' /status.json and the log only; pages show ``words``
+    state: str = State.OK
+    reason: str = ""  # why it is down: a key of ``failures.REASONS``
+    ends_at: float | None = None  # starting: when (wall clock) its start is expected to be over
+    noun: str = ""  # what "… 시작 중" names (the engine, not "vLLM")
+    expected_s: float | None = None  # starting: the start-up time expected …
+    from_starts: int = 0  # … as the median of this many recorded starts (0: the stated default)
+
+    @property
+    def words(self) -> str:
+        """Why it is down, in the reader's language ("" when it is up)."""
+        return failures.words(self.reason) if self.state == State.DOWN else ""
+
+    @property
+    def remaining_s(self) -> int | None:
+        """Starting: whole seconds left of its expected start-up (0 once past it)."""
+        return None if self.ends_at is None else max(0, round(self.ends_at - time.time()))
 
 
 Probe = Callable[[], dict[str, str]]
@@ -97,13 +127,13 @@ def probe_celery() -> dict[str, str]:
     try:
         _redis_ping(settings.CELERY_BROKER_URL)  # fail fast: a control ping to a dead broker retries
     except Exception as exc:
-        raise RuntimeError(f"the broker ({settings.CELERY_BROKER_URL}) is unreachable: {exc}") from exc
+        raise failures.BrokerUnreachable(f"the broker ({settings.CELERY_BROKER_URL}) is unreachable: {exc}") from exc
     # A connection of its own: the app's pooled one may be a dead socket from before a Redis
     # restart ("Connection closed by server"), which would call a live worker down.
     with app.connection_for_write() as connection:
         replies = app.control.ping(timeout=1.5, limit=1, connection=connection)  # the first worker to answer
     if not replies:
-        raise RuntimeError(f"no Celery worker answered a ping within 1.5 s (broker {settings.REDIS_URL})")
+        raise failures.NoWorker(f"no Celery worker answered a ping within 1.5 s (broker {settings.REDIS_URL})")
     names = sorted(name for reply in replies for name in reply)
     return {"workers": ", ".join(names), "queues": "default, bench"}
 
@@ -126,6 +156,9 @@ class ComponentProbe:
     warmup: Callable[[], object] | None = None
     # CPU-bound probes run after the others, so they do not inflate their round trips.
     cpu_bound: bool = False
+    stack_name: str = ""  # the supervisor's name for it (``labapp.starts``); "" when it does not start it
+    noun: StrOrPromise = ""  # what its start is called ("엔진 시작 중"); "" for its label
+    where: Callable[[], str] | None = None  # the address it was asked at, shown beside a failure's words
 
 
 def _warm_chroma() -> object:
@@ -142,10 +175,16 @@ def _warm_embeddings() -> object:
 
 PROBES: list[ComponentProbe] = [
     ComponentProbe("database", _("데이터베이스"), probe_database, 5.0),
-    ComponentProbe("redis", "Redis", probe_redis, 5.0),
-    ComponentProbe("chroma", "Chroma", probe_chroma, 5.0, _warm_chroma),
-    ComponentProbe("vllm", "vLLM", probe_vllm, 6.0),
-    ComponentProbe("celery", _("Celery 워커"), probe_celery, 6.0),
+    ComponentProbe("redis", "Redis", probe_redis, 5.0, stack_name="redis", where=lambda: settings.REDIS_URL),
+    ComponentProbe(
+        "chroma", "Chroma", probe_chroma, 5.0, _warm_chroma, stack_name="chroma", where=lambda: settings.CHROMA_URL
+    ),
+    ComponentProbe(
+        "vllm", "vLLM", probe_vllm, 6.0, stack_name="engine", noun=_("엔진"), where=lambda: settings.VLLM_BASE_URL
+    ),
+    ComponentProbe(
+        "celery", _("Celery 워커"), probe_celery, 6.0, stack_name="worker", where=lambda: settings.CELERY_BROKER_URL
+    ),
     ComponentProbe("embeddings", _("임베딩 모델"), probe_embeddings, 5.0, _warm_embeddings, cpu_bound=True),
 ]
 WARMUP_DEADLINE_S = 60.0  # the first embedding model load takes several seconds
@@ -198,8 +237,28 @@ def check_all() -> list[ComponentStatus]:
                 found = _probe_all()
                 if settings.STATUS_CACHE_S > 0:
                     cache.set(CACHE_KEY, found, settings.STATUS_CACHE_S)
-    labels = {probe.key: probe.label for probe in PROBES}  # in the language of this request
-    return [replace(c, label=str(labels.get(c.key, c.label))) for c in found]
+    probes = {probe.key: probe for probe in PROBES}  # labels in the language of this request
+    return [_in_language(c, probes.get(c.key)) for c in found]
+
+
+def _in_language(found: ComponentStatus, probe: ComponentProbe | None) -> ComponentStatus:
+    if probe is None:
+        return found
+    return replace(found, label=str(probe.label), noun=str(probe.noun or probe.label))
+
+
+def _failed(probe: ComponentProbe, exc: BaseException) -> ComponentStatus:
+    """A probe that did not answer: starting when the supervisor started it and it has not answered yet,
+    else down, for a reason in words; the exception goes to the log (and admins' JSON)."""
+    error = without_credentials(_describe(exc))
+    where = {"url": without_credentials(str(probe.where()))} if probe.where is not None else {}
+    start = starts.read(probe.stack_name) if probe.stack_name else None
+    if start is not None and start.starting():
+        found = ComponentStatus(probe.key, str(probe.label), False, details=where, error=error, state=State.STARTING)
+        return replace(found, ends_at=start.ends_at(), expected_s=start.expected_s, from_starts=len(start.durations))
+    log.warning("status: %s is down: %s", probe.key, error)
+    down = ComponentStatus(probe.key, str(probe.label), False, details=where, error=error, state=State.DOWN)
+    return replace(down, reason=failures.reason(exc))
 
 
 def _probe_all() -> list[ComponentStatus]:
@@ -217,20 +276,20 @@ def _probe_all() -> list[ComponentStatus]:
     for probe in PROBES:
         outcome = timed[probe.key] if probe.key in timed else warm[probe.key]
         if isinstance(outcome, BaseException):
-            error = without_credentials(_describe(outcome))
-            results.append(ComponentStatus(probe.key, str(probe.label), False, error=error))
+            results.append(_failed(probe, outcome))
         else:
             details, ms = outcome
             shown = {name: without_credentials(value) for name, value in details.items()}
             results.append(ComponentStatus(probe.key, str(probe.label), True, round(ms, 1), shown))
-    cache.set(DOWN_KEY, [s.key for s in results if not s.ok], 60)
+    cache.set(DOWN_KEY, [s for s in results if not s.ok], 60)
     return results
 
 
-def down_components() -> list[str] | None:
-    """Labels of the components found down by the last check (None: not checked yet)."""
+def not_ok() -> list[ComponentStatus] | None:
+    """The components found down or starting by the last check, in this request's language (None: not
+    checked yet)."""
     value = cache.get(DOWN_KEY)
     if value is None:
         return None
-    labels = {probe.key: probe.label for probe in PROBES}
-    return [str(labels.get(key, key)) for key in value]
+    probes = {probe.key: probe for probe in PROBES}
+    return [_in_language(c, probes.get(c.key)) for c in value if isinstance(c, ComponentStatus)]

@@ -35,17 +35,19 @@ def status_json(request: HttpRequest) -> JsonResponse:
     if may_see_status_details(request.user):
         shown: list[dict[str, Any]] = [asdict(c) for c in components]
     else:
-        shown = [{"key": c.key, "label": c.label, "ok": c.ok} for c in components]
+        shown = [{"key": c.key, "label": c.label, "ok": c.ok, "state": c.state} for c in components]
     return JsonResponse({"ok": all(c.ok for c in components), "components": shown})
 
 
 @never_cache
 @require_GET
 def status_banner(request: HttpRequest) -> HttpResponse:
-    down = status.down_components()
-    if down is None:
-        down = [c.label for c in status.check_all() if not c.ok]
-    return render(request, "status_banner.html", {"down": down})
+    found = status.not_ok()
+    if found is None:
+        found = [c for c in status.check_all() if not c.ok]
+    down = [c.label for c in found if c.state == status.State.DOWN]
+    starting = [c for c in found if c.state == status.State.STARTING]
+    return render(request, "status_banner.html", {"down": down, "starting": starting})
 
 
 @never_cache

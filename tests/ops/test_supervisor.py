@@ -183,6 +183,31 @@ def test_the_wrapper_names_a_missing_binary_and_a_failed_preparation(
     assert "no space left on device" in out
 
 
+def test_the_wrapper_records_each_start_so_the_status_page_can_say_starting(
+    monkeypatch: pytest.MonkeyPatch, settings: object, tmp_path: Path
+) -> None:
+    from labapp import starts
+
+    settings.DATA_DIR = tmp_path  # type: ignore[attr-defined]
+    seen: list[bool] = []
+
+    def ready() -> bool:  # a warm-up: answers on its third check
+        record = starts.read("slow")
+        seen.append(record is not None and record.starting())
+        return len(seen) >= 3
+
+    builders = {"slow": lambda: Component(name="slow", command=["/bin/sleep", "30"], ready=ready)}
+    monkeypatch.setattr("labapp.ops.stack.components.BUILDERS", builders)
+    stack._stop.clear()
+    threading.Timer(2.5, stack._stop.set).start()
+    assert stack.run("slow") == 0
+    assert seen[:2] == [True, True]  # started, not answering yet: "starting"
+    record = starts.read("slow")
+    assert record is not None and record.answered_at is not None and not record.starting()
+    assert len(record.durations) == 1 and record.durations[0] > 0  # kept for the next start's estimate
+    assert record.pid == 0  # stopped
+
+
 def test_a_second_make_finds_every_install_and_the_model_up_to_date() -> None:
     AXE = str(AXE_JS.relative_to(ROOT))
     targets = [".venv/.installed", ".venv-engine/.installed", "data/models/gemma-3-270m/config.json", AXE]

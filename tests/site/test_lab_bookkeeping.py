@@ -85,14 +85,44 @@ def test_a_jobs_prediction_is_compared_with_what_that_job_measured(learner: User
     assert 'data-predicted="5.0"' in page and "+1 s (+25.0%)" in page
 
 
-def test_the_prediction_is_prefilled_with_the_estimate_from_the_learners_speeds(learner: User) -> None:
+def test_the_prediction_box_holds_only_what_i_typed_and_the_estimate_is_shown_apart(learner: User) -> None:
     page = _client(learner).get("/labs/1/").content.decode()
     assert 'name="prediction" value=""' in page  # no speeds yet: the chapter's example shown, nothing filled
     assert "800 ÷ 1000 + 100 ÷ 50 = 0.8 + 2 = 2.8 s" in page
     _job(learner, 1)  # prefill 600 tok/s, decode 25 tok/s
     page = _client(learner).get("/labs/1/").content.decode()
-    assert 'name="prediction" value="5.33"' in page and "800 ÷ 600 + 100 ÷ 25 = 1.33 + 4 = 5.33 s" in page
+    # The estimate is the estimator's, under its name; the box is the learner's (nothing typed yet: empty).
+    assert 'name="prediction" value=""' in page and "800 ÷ 600 + 100 ÷ 25 = 1.33 + 4 = 5.33 s" in page
     assert "(5 × 1000 + 200) ÷ 600 tok/s ≈ 8667 ms" in _client(learner).get("/labs/4/").content.decode()
+
+
+def test_my_prediction_stays_on_screen_through_the_run_and_beside_the_result_apart_from_the_estimators(
+    learner: User, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _job(learner, 1)  # speeds: the estimator says 5.33 s
+    made = _fake_create(monkeypatch, learner)
+    assert _client(learner).post("/labs/1/run/", {"prediction": "7.5"}).status_code == 302
+    kept = made[0]["prediction"]
+    assert kept["value"] == 7.5 and kept["estimate"] == pytest.approx(5.33) and "5.33 s" in kept["formula"]
+    running = BenchJob.objects.filter(status="queued").get()
+    page = _client(learner).get("/labs/1/").content.decode()
+    card = page.split('id="lab-run"')[1].split('id="lab-results"')[0]
+    shown = card.split('id="running-prediction"')[1].split("</p>")[0]  # the running state shows it, as mine
+    assert 'data-predicted="7.5"' in shown and "내 예측" in shown and "<b>7.50 s</b>" in shown
+    assert 'data-estimate="5.33"' in shown and "추정기가 낸 값" in shown and "<b>5.33 s</b>" in shown
+    assert 'name="prediction" value="7.5"' in card  # the box still holds what I typed, not the estimate
+    running.status, running.results = "done", GOOD[1]  # measured 4 s
+    running.save()
+    page = _client(learner).get("/labs/1/").content.decode()
+    results = page.split('id="lab-results"')[1].split('id="lab-submit"')[0]
+    beside = results.split('class="prediction"')[1].split("</p>")[0]
+    assert 'data-predicted="7.5"' in beside and 'data-measured="4.0"' in beside and "<b>7.50 s</b>" in beside
+    assert "추정기가 낸 값" in beside and "<b>5.33 s</b>" in beside and 'id="running-prediction"' not in page
+    assert 'name="prediction" value="7.5"' in page  # after the run too: mine, never replaced by the estimator's
+    reader = _client(learner)
+    reader.cookies["django_language"] = "en"
+    english = reader.get("/labs/1/").content.decode().split('id="lab-results"')[1].split('id="lab-submit"')[0]
+    assert "My prediction" in english and "The estimator's value" in english
 
 
 def test_a_hand_in_shows_its_own_jobs_checks_not_a_later_runs(learner: User) -> None:
@@ -147,23 +177,43 @@ def test_the_gradebook_shows_each_learners_prediction_error(learner: User) -> No
     assert "실습 1: 예측 오차 (%)" in csv_text and "-25.0" in csv_text
 
 
-def test_the_run_time_comes_from_my_runs_then_everyones_then_the_estimator(learner: User) -> None:
-    settings = lab_services.run_settings(1)
-    assert lab_selectors.run_time(learner, 1, ENGINE, None, settings).seconds is None
+def test_the_run_time_comes_from_runs_with_the_same_settings_on_the_same_engine_else_the_estimator(
+    learner: User,
+) -> None:
+    same = lab_services.run_config(1)
+    assert lab_selectors.run_time(1, ENGINE, None).seconds is None
     speeds = type("S", (), {"prefill": 1000.0, "decode": 50.0})()
-    estimated = lab_selectors.run_time(learner, 1, ENGINE, speeds, settings)
+    estimated = lab_selectors.run_time(1, ENGINE, speeds)
     one_round = 0.1 + 1 + 1.5 + 1 + 0.1 + 10 + 0.8 + 2  # each shape's prefill + decode at those speeds
+    settings = lab_services.run_settings(1)
     assert estimated.seconds == pytest.approx(one_round * settings.repeats) and "추정기" in estimated.basis
     start = timezone.now() - timedelta(hours=1)
     other = User.objects.create(username="p2")
-    _job(other, 1, lab=None, started_at=start, finished_at=start + timedelta(seconds=90))
-    assert lab_selectors.run_time(learner, 1, ENGINE, speeds, settings).seconds == 90
-    _job(learner, 1, started_at=start, finished_at=start + timedelta(seconds=30))
-    mine = lab_selectors.run_time(learner, 1, ENGINE, speeds, settings)
-    assert mine.seconds == 30 and "내가" in mine.basis
-    assert lab_selectors.run_time(learner, 1, "http://elsewhere", None, settings).seconds is None
+    # Runs of another shape never set the time: a /bench/ job of the kind, a lab run with other settings,
+    # and a run of the same settings on another engine.
+    _job(other, 1, lab=None, config=same, started_at=start, finished_at=start + timedelta(seconds=90))
+    _job(other, 1, config=same | {"repeats": 9}, started_at=start, finished_at=start + timedelta(seconds=300))
+    _job(
+        other, 1, config=same, engine_url="http://elsewhere", started_at=start, finished_at=start + timedelta(seconds=7)
+    )
+    assert lab_selectors.run_time(1, ENGINE, speeds).seconds == pytest.approx(one_round * settings.repeats)
+    _job(other, 1, config=same, started_at=start, finished_at=start + timedelta(seconds=40))  # anyone's, same settings
+    _job(learner, 1, config=same, started_at=start, finished_at=start + timedelta(seconds=30))
+    timed = lab_selectors.run_time(1, ENGINE, speeds)
+    assert timed.seconds == 35 and "같은 설정" in timed.basis
     page = _client(learner).get("/labs/1/").content.decode()
-    assert page.index('id="run-lab"') < page.index('id="lab-results"') and 'data-seconds="30.0"' in page
+    assert page.index('id="run-lab"') < page.index('id="lab-results"') and 'data-seconds="35.0"' in page
+
+
+def test_a_run_time_the_estimator_cannot_give_says_why_never_just_first_run(learner: User) -> None:
+    speeds = type("S", (), {"prefill": 1000.0, "decode": 50.0})()
+    first = lab_selectors.run_time(1, ENGINE, None)  # Lab 1 measures the speeds the estimator needs
+    unshaped = lab_selectors.run_time(5, ENGINE, speeds)  # the RAG labs' lengths depend on what is retrieved
+    assert first.seconds is None and unshaped.seconds is None
+    for said_so in (first.basis, unshaped.basis, lab_selectors.run_time(2, ENGINE, None).basis):
+        assert "처음 실행이라" not in said_so and said_so
+    assert "속도" in first.basis and "검색" in unshaped.basis
+    assert lab_selectors.run_time(2, ENGINE, speeds).seconds is not None  # the sweep's requests are fixed
 
 
 def test_a_failed_checks_advice_is_shown_with_a_run_again_button(

@@ -110,7 +110,7 @@ def learner(
 def test_a_lab_declared_with_its_kind_is_in_the_catalog_after_the_built_in_labs(
     echo_lab: registry.JobKind, learner: tuple[User, Client]
 ) -> None:
-    user, client = learner
+    _user, client = learner
     assert list(LABS) == [1, 2, 3, 4, 5, 6, NUMBER]
     lab = LABS[NUMBER]
     assert (lab.slug, str(lab.title), lab.job_kind, lab.config) == (
@@ -130,7 +130,7 @@ def test_a_lab_declared_with_its_kind_is_in_the_catalog_after_the_built_in_labs(
     assert 'id="model-notice"' not in html
     # No run yet: its time is the estimator's over the request shapes its declaration gives.
     speeds = Speeds(prefill=1000.0, decode=50.0, basis="", samples=1)
-    before = lab_selectors.run_time(user, NUMBER, "http://e", speeds, lab.run_settings())
+    before = lab_selectors.run_time(NUMBER, "http://e", speeds)
     assert before.seconds is not None and "(요청 3개)" in before.basis
 
 

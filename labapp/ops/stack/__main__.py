@@ -18,9 +18,13 @@ import sys
 import threading
 import time
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import django
 import psutil
+
+if TYPE_CHECKING:
+    from labapp.ops.stack.components import Component
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "labapp.settings")
 
@@ -82,39 +86,47 @@ def idle(name: str) -> int:
     return 0
 
 
+def _refusal(name: str, component: Component) -> str | None:
+    """Why the component cannot be started here (None: it can), after its preparation."""
+    from labapp.ops.stack.components import PrepareError
+
+    if component.external:
+        return f"not started here: using the external server at {component.external}"
+    if component.port is not None and port_in_use(component.port):
+        return (
+            f"FAILED to start: port {component.port} on 127.0.0.1 is already in use "
+            f"(another {name}? stop it or choose another port)"
+        )
+    if not os.path.exists(component.command[0]):
+        return f"FAILED to start: missing binary {component.command[0]}"
+    if component.prepare is not None:
+        try:
+            component.prepare()
+        except PrepareError as exc:
+            return f"FAILED to start: {exc}"
+    return None
+
+
 def run(name: str) -> int:
-    from labapp.ops.stack.components import BUILDERS, PrepareError
+    from labapp import starts
+    from labapp.ops.stack.components import BUILDERS
 
     try:
         component = BUILDERS[name]()
     except KeyError:
         _say(name, f"unknown component; choose from {', '.join(BUILDERS)}")
         return 2
-    if component.external:
-        _say(name, f"not started here: using the external server at {component.external}")
+    refused = _refusal(name, component)
+    if refused is not None:
+        _say(name, refused)
         return idle(name)
-    if component.port is not None and port_in_use(component.port):
-        _say(
-            name,
-            f"FAILED to start: port {component.port} on 127.0.0.1 is already in use "
-            f"(another {name}? stop it or choose another port)",
-        )
-        return idle(name)
-    if not os.path.exists(component.command[0]):
-        _say(name, f"FAILED to start: missing binary {component.command[0]}")
-        return idle(name)
-    if component.prepare is not None:
-        try:
-            component.prepare()
-        except PrepareError as exc:
-            _say(name, f"FAILED to start: {exc}")
-            return idle(name)
 
     started = time.monotonic()
     # The component stays in this wrapper's process group: if honcho has to
     # SIGKILL the group, the component goes with it instead of being orphaned.
     process = subprocess.Popen(component.command, env=os.environ | component.env)
     _say(name, f"started (pid {process.pid})")
+    starts.begun(name, process.pid)  # the status page reads "starting", not "down", until it answers
     try:
         ready_reported = component.ready is None
         while not _stop.is_set():
@@ -128,6 +140,7 @@ def run(name: str) -> int:
             if not ready_reported and component.ready is not None:
                 if component.ready():
                     ready_reported = True
+                    starts.answered(name)
                     _say(name, f"ready in {time.monotonic() - started:.1f} s")
                     if name == "web":
                         _say(name, f"open {web_url()}")
@@ -139,6 +152,7 @@ def run(name: str) -> int:
         if process.poll() is None:
             _say(name, "stopping")
             stop_tree(process, grace_s=STOP_GRACE_S)
+        starts.ended(name)
     _say(name, "stopped")
     return 0
 
