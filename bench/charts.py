@@ -15,6 +15,7 @@ from typing import Any
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
+from bench import plotting
 from bench.kinds import registry
 from bench.plotting import LAYOUT, Runs, cells
 
@@ -95,10 +96,14 @@ ENGINE_PANEL_PX = 120
 def _engine_titles() -> dict[str, str]:
     return {
         "requests": _("엔진의 요청 수"),
-        "cache": _("KV 캐시 · 프리픽스 캐시 (%)"),
+        "cache": _("KV 캐시 사용률 · 프리픽스 캐시 적중률 (0–1)"),
         "tokens": _("생성 토큰/초"),
         "steps": _("엔진 스텝당 토큰"),
     }
+
+
+def _fractions(percents: list[float | None]) -> list[float | None]:
+    return [None if p is None else round(p / 100, 3) for p in percents]
 
 
 def _engine_traces(fig: Any, samples: dict[str, list[float]], start: float, panels: tuple[str, ...]) -> None:
@@ -110,8 +115,8 @@ def _engine_traces(fig: Any, samples: dict[str, list[float]], start: float, pane
     lines = (
         ("requests", at, samples["running"], _("실행 중인 요청"), "#0072B2"),
         ("requests", at, samples["waiting"], _("대기 중인 요청"), "#D55E00"),
-        ("cache", at, [round(100 * v, 1) for v in samples["kv_cache_usage"]], _("KV 캐시 사용률 %"), "#009E73"),
-        ("cache", rates["t"], rates["hit_pct"], _("프리픽스 캐시 적중 %"), "#CC79A7"),
+        ("cache", at, [round(v, 3) for v in samples["kv_cache_usage"]], _("KV 캐시 사용률"), "#009E73"),
+        ("cache", rates["t"], _fractions(rates["hit_pct"]), _("프리픽스 캐시 적중률"), "#CC79A7"),
         ("tokens", rates["t"], rates["tokens_per_s"], _("생성 토큰/초"), "#E69F00"),
         ("steps", rates["t"], rates["tokens_per_step"], _("엔진 스텝당 토큰"), "#56B4E9"),
     )
@@ -121,7 +126,8 @@ def _engine_traces(fig: Any, samples: dict[str, list[float]], start: float, pane
         shape = "hv" if panel == "requests" else "linear"
         mode = "lines+markers" if has_lone_points(ys) else "lines"
         line = {"color": colour, "shape": shape, "width": 2}
-        trace = go.Scatter(x=xs, y=ys, name=name, mode=mode, line=line, marker={"color": colour, "size": 6})
+        meta = plotting.FRACTION if panel == "cache" else None
+        trace = go.Scatter(x=xs, y=ys, name=name, mode=mode, line=line, marker={"color": colour, "size": 6}, meta=meta)
         fig.add_trace(trace, 2 + panels.index(panel), 1)
     preempted = [(x, n) for x, n in zip(rates["t"], rates["preempted"], strict=True) if n and n > 0]
     if preempted and "requests" in panels:
@@ -178,7 +184,7 @@ def timeline(results: dict[str, Any], panels: tuple[str, ...] = ENGINE_PANELS) -
     fig.update_yaxes(title_text=_("요청"), autorange="reversed", row=1, col=1)
     height = 80 + bars_px + (ENGINE_PANEL_PX + 40) * len(shown)
     fig.update_layout(height=height, margin=LAYOUT["margin"])
-    return dict(json.loads(fig.to_json()))
+    return plotting.tidy_axes(dict(json.loads(fig.to_json())))
 
 
 def charts(kind: str, runs: Runs, *, engine_panels: tuple[str, ...] = ENGINE_PANELS) -> list[dict[str, Any]]:
@@ -258,7 +264,11 @@ def compare_style(figure: dict[str, Any], runs: list[str]) -> dict[str, Any]:
 MOST_TICKS = 8
 
 
-def _nice(value: float) -> str:
+def _nice(value: float, *, seconds: bool = False) -> str:
+    """A log tick: "2", "50", "20k"; on a milliseconds axis that reaches 10 s, each tick with its unit
+    ("500 ms", "1 s", "20 s"), never "10k" ms."""
+    if seconds:
+        return f"{value:g} ms" if value < 1000 else plotting.seconds_text(value)
     if value >= 10_000:
         return f"{value / 1000:g}k"
     return f"{value:g}"
@@ -284,15 +294,7 @@ def log_ticks(low: float, high: float, *, most: int = MOST_TICKS) -> list[float]
 
 def _axis_values(figure: dict[str, Any], axis: str) -> list[float]:
     """The positive numbers drawn along the layout axis ``axis`` ("xaxis", "yaxis2", ...)."""
-    letter, number = axis[0], axis[5:]
-    values: list[float] = []
-    for trace in figure.get("data", []):
-        if str(trace.get(f"{letter}axis", letter)) != f"{letter}{number}":
-            continue
-        points = trace.get(letter)
-        if isinstance(points, list):
-            values += [float(v) for v in points if isinstance(v, int | float) and not isinstance(v, bool) and v > 0]
-    return values
+    return [v for v in plotting.axis_values(figure, axis) if v > 0]
 
 
 def tidy_log_axes(figure: dict[str, Any]) -> dict[str, Any]:
@@ -310,10 +312,11 @@ def tidy_log_axes(figure: dict[str, Any]) -> dict[str, Any]:
             levels if axis.startswith("xaxis") and len(levels) <= MOST_TICKS else log_ticks(min(values), max(values))
         )
         pad = 0.06 * max(math.log10(ticks[-1] / ticks[0]), 0.3)
+        seconds = plotting.axis_unit(figure, axis, options) == plotting.MS and ticks[-1] >= plotting.SECONDS_PAST_MS
         options.update(
             tickmode="array",
             tickvals=ticks,
-            ticktext=[_nice(v) for v in ticks],
+            ticktext=[_nice(v, seconds=seconds) for v in ticks],
             range=[math.log10(ticks[0]) - pad, math.log10(ticks[-1]) + pad],
             minor={"showgrid": False},
         )

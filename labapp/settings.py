@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
+import re
 import secrets
 from datetime import timedelta
 from pathlib import Path
@@ -246,17 +246,24 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = DATA_DIR / "static"
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)
-STATICFILES_DIRS = [
-    BASE_DIR / "labapp" / "static",
-    # plotly.js from the installed plotly package: charts work without any network.
-    ("vendor/plotly", Path(importlib.util.find_spec("plotly").origin).parent / "package_data"),  # type: ignore[union-attr,arg-type]
-]
+# plotly.js is vendored (labapp/static/vendor/plotly-cartesian/, the version the installed plotly
+# package writes figures for): charts work without any network.
+STATICFILES_DIRS = [BASE_DIR / "labapp" / "static"]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
+VERSIONED_STATIC = re.compile(r"/vendor/[^/]+/[^/]+-\d+\.\d+\.\d+\.min\.js$")
+
+
+def _immutable(path: str, url: str) -> bool:
+    """A vendored file whose name carries its version never changes: cached for good, loaded once."""
+    return bool(VERSIONED_STATIC.search(url))
+
+
+WHITENOISE_IMMUTABLE_FILE_TEST = _immutable
 
 # Content-Security-Policy on every page (django-csp), in every mode. Scripts come only from
 # our own static files: no template has an inline script or event handler (json_script

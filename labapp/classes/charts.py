@@ -1,7 +1,7 @@
 """Class-wide plotly figures: each job kind's class chart (``bench.kinds``), e.g. speeds per engine, TTFT by context.
 
 Each learner counts once: their latest finished job of the kind. Figures are plain
-dicts for plotly.js (served from the installed package, as on the bench pages).
+dicts for plotly.js (served vendored, as on the bench pages).
 """
 
 from __future__ import annotations

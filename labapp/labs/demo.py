@@ -26,6 +26,10 @@ from rag.views import chat_context
 DEMO_KIND = retrieval.KIND.name  # the demo sweeps retrieval size: Lab 4's job kind
 
 TOP_KS = (1, 2, 4, 6, 8, 10)
+# Each point the median of this many questions, with its 95 % interval: one question per point
+# made the TPOT panel zigzag (80–160 ms) on a CPU. Lab 4's own default, so the two agree.
+QUESTIONS = retrieval.RetrievalConfig().questions
+SAME_WITHIN = 0.15  # two medians closer than this (as a share) read as "about the same"
 DEFAULT_SLIDERS = {"top_k_max": 6, "chunk_size_max": 1000}
 
 
@@ -35,7 +39,7 @@ def sweep_settings(top_k_max: int, chunk_size_max: int) -> dict[str, str]:
     top_ks = sorted({k for k in TOP_KS if k <= top_k_max} | {top_k_max})
     sizes = [s for s in CHUNK_SIZES if s <= chunk_size_max] or [CHUNK_SIZES[0]]
     return {
-        "questions": "1",
+        "questions": str(QUESTIONS),
         "top_ks": ", ".join(map(str, top_ks)),
         "chunk_sizes": ", ".join(map(str, sizes)),
         "max_tokens": "8",
@@ -71,6 +75,58 @@ def state_words(job: BenchJob) -> str:
     return sentences.get(BenchJob.Status(job.status), job.get_status_display())
 
 
+def times(ratio: float) -> str:
+    """A ratio for the back of a room: "16배", "2.4배" (never "+1484%")."""
+    shown = f"{ratio:.0f}" if ratio >= 10 else f"{ratio:.1f}".removesuffix(".0")
+    return _("%(n)s배") % {"n": shown}
+
+
+def change_words(before: float, after: float) -> str:
+    """How ``after`` compares with ``before``, read from the numbers: "거의 그대로", "3.2배로 늘어남", "2배 줄어듦"."""
+    if before <= 0 or after <= 0 or abs(after - before) <= SAME_WITHIN * before:
+        return _("거의 그대로")
+    if after > before:
+        return _("%(times)s로 늘어남") % {"times": times(after / before)}
+    return _("%(times)s 줄어듦") % {"times": times(before / after)}
+
+
+def ms_words(value: float) -> str:
+    """A time as the A/B numbers show it: "292 ms", "3.9 s"."""
+    return f"{value / 1000:.1f} s" if value >= 1000 else f"{value:.0f} ms"
+
+
+def caption(results: dict[str, Any]) -> list[str]:
+    """What the chart shows, computed from its points (the smallest and largest retrieved context):
+    ["문맥 90 → 2,400 토큰: TTFT 292 ms → 4.1 s (14배로 늘어남)", "TPOT 95 ms → 101 ms (거의 그대로)"].
+    One line per panel; none until two points of different context are measured: no claim the
+    data have not made."""
+    points = [
+        c
+        for c in results.get("cells", [])
+        if c.get("completed") and c.get("median_context_tokens") is not None and c.get("median_ttft_ms")
+    ]
+    if len(points) < 2:
+        return []
+    small = min(points, key=lambda c: c["median_context_tokens"])
+    large = max(points, key=lambda c: c["median_context_tokens"])
+    if large["median_context_tokens"] <= small["median_context_tokens"]:
+        return []
+    ttft = _("문맥 %(small)s → %(large)s 토큰: TTFT %(a)s → %(b)s (%(change)s)") % {
+        "small": f"{small['median_context_tokens']:,.0f}",
+        "large": f"{large['median_context_tokens']:,.0f}",
+        "a": ms_words(small["median_ttft_ms"]),
+        "b": ms_words(large["median_ttft_ms"]),
+        "change": change_words(small["median_ttft_ms"], large["median_ttft_ms"]),
+    }
+    a, b = small.get("median_tpot_ms"), large.get("median_tpot_ms")
+    if not (a and b):
+        return [ttft]
+    return [
+        ttft,
+        _("TPOT %(a)s → %(b)s (%(change)s)") % {"a": ms_words(a), "b": ms_words(b), "change": change_words(a, b)},
+    ]
+
+
 def demo_labels() -> dict[str, str]:
     """The demo script's words (the A/B result), translated here like the chat's."""
     return {
@@ -85,10 +141,19 @@ def demo_labels() -> dict[str, str]:
         "chunk": _("청크 %(size)s자"),
         "slower": _("B가 A보다 %(pct)s 느림"),
         "faster": _("B가 A보다 %(pct)s 빠름"),
+        "times": _("%(n)s배"),
+        "slower_times": _("B가 A보다 %(n)s배 느림"),
+        "faster_times": _("B가 A보다 %(n)s배 빠름"),
         "same": _("A와 B가 거의 같음"),
         "total_diff": _("전체 시간: %(a)s → %(b)s (%(pct)s)"),
         "sizes_in": _("이번 스윕에 들어갈 청크 크기"),
     }
+
+
+def sweep_figure(job: BenchJob) -> dict[str, Any] | None:
+    """The sweep's chart so far (the kind's chart from the registry), None before its first point."""
+    figures = charts.charts(DEMO_KIND, [(f"#{job.pk}", job.results or {})])
+    return figures[0]["figure"] if figures else None
 
 
 @login_required
@@ -99,6 +164,9 @@ def demo(request: HttpRequest) -> HttpResponse:
     context = chat_context(request, None) | {
         "job": job,
         "job_state": state_words(job) if job else "",
+        "caption": caption(job.results or {}) if job else [],
+        "figure": sweep_figure(job) if job else None,  # drawn at load, before the first poll answers
+        "questions": QUESTIONS,
         "swept": swept(job),
         "chunk_sizes": CHUNK_SIZES,
         "chunk_colours": [(size, palette.chunk_colour(size)) for size in CHUNK_SIZES],
@@ -133,7 +201,6 @@ def demo_sweep(request: HttpRequest) -> HttpResponse:
 def demo_sweep_state(request: HttpRequest, job_id: int) -> JsonResponse:
     """What the live chart needs: progress in words and the chart of the cells finished so far."""
     job = access.job_for(request.user, job_id, kind=DEMO_KIND)
-    figures = charts.charts(DEMO_KIND, [(f"#{job.pk}", job.results or {})])
     return JsonResponse(
         {
             "status": job.status,
@@ -144,6 +211,7 @@ def demo_sweep_state(request: HttpRequest, job_id: int) -> JsonResponse:
             "cell": job.current_cell,
             "cells": len((job.results or {}).get("cells", [])),
             "error": job.error_shown,
-            "figure": figures[0]["figure"] if figures else None,
+            "figure": sweep_figure(job),
+            "caption": caption(job.results or {}),
         }
     )

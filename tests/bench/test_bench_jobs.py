@@ -129,7 +129,7 @@ def test_the_pages_refuse_bad_input_hide_other_users_jobs_and_export() -> None:
         },
     )
     detail = client.get(f"/bench/{job.pk}/").content.decode()
-    assert "job-chart-data" in detail and "vendor/plotly/plotly.min.js" in detail
+    assert "job-chart-data" in detail and "vendor/plotly-cartesian/plotly-cartesian-4.1.1.min.js" in detail
     assert client.get(f"/bench/{job.pk}/export.json").json()["status"] == "done"
     assert client.get(f"/bench/{job.pk}/export.csv").content.decode().startswith("cell,index,success")
     assert client.get(f"/bench/{job.pk}/export.xml").status_code == 404

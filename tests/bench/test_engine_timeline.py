@@ -109,7 +109,7 @@ def test_a_load_job_samples_the_engine_draws_it_under_the_requests_and_exports_i
     assert isinstance(data, list)
     names = [t["name"] for t in data]
     assert names[:4] == ["클라이언트 대기", "서버 대기", "프리필", "디코드"]
-    assert {"실행 중인 요청", "대기 중인 요청", "KV 캐시 사용률 %", "생성 토큰/초", "엔진 스텝당 토큰"} <= set(names)
+    assert {"실행 중인 요청", "대기 중인 요청", "KV 캐시 사용률", "생성 토큰/초", "엔진 스텝당 토큰"} <= set(names)
     layout = figure["layout"]
     assert isinstance(layout, dict)
     bottom = next(t for t in data if t["name"] == "엔진 스텝당 토큰")["xaxis"]
@@ -169,9 +169,11 @@ def test_a_lab_page_shows_the_engine_panels_that_explain_its_lab() -> None:
     lab5 = charts.timeline(_results_with_engine(), LABS[5].engine_panels)
     assert lab5 is not None
     names = [t["name"] for t in lab5["data"]]
-    assert names == ["클라이언트 대기", "서버 대기", "프리필", "디코드", "KV 캐시 사용률 %", "프리픽스 캐시 적중 %"]
-    hits = next(t for t in lab5["data"] if t["name"] == "프리픽스 캐시 적중 %")
-    assert hits["y"] == [50.0, 100.0] and hits["x"] == [0.1, 0.3]
+    assert names == ["클라이언트 대기", "서버 대기", "프리필", "디코드", "KV 캐시 사용률", "프리픽스 캐시 적중률"]
+    hits = next(t for t in lab5["data"] if t["name"] == "프리픽스 캐시 적중률")
+    assert hits["y"] == [0.5, 1.0] and hits["x"] == [0.1, 0.3]  # fractions, on an axis from 0 to 1
+    cache_axis = lab5["layout"]["yaxis" + hits["yaxis"][1:]]
+    assert cache_axis["range"] == [0, 1.02] and cache_axis["tickvals"][-1] == 1
     assert len(charts.timeline(_results_with_engine(), ())["data"]) == 4  # type: ignore[index]
     full = charts.timeline(_results_with_engine())
     assert full is not None and len([k for k in full["layout"] if k.startswith("xaxis")]) == 5
@@ -209,5 +211,5 @@ def test_a_series_with_lone_points_is_drawn_with_markers() -> None:
     figure = charts.timeline(results)
     assert figure is not None
     traces = {t["name"]: t for t in figure["data"]}
-    assert traces["프리픽스 캐시 적중 %"]["mode"] == "lines+markers"
-    assert traces["KV 캐시 사용률 %"]["mode"] == "lines"
+    assert traces["프리픽스 캐시 적중률"]["mode"] == "lines+markers"
+    assert traces["KV 캐시 사용률"]["mode"] == "lines"

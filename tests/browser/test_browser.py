@@ -251,16 +251,24 @@ def test_the_team_demo_sweeps_live_and_asks_two_settings_side_by_side(
     assert page.locator("#demo-progress").get_attribute("data-status") == "done"
     assert page.locator("#demo-chart").get_attribute("data-cells") == "2"
     assert page.locator("#demo-chart .main-svg").count() >= 1
+    assert page.locator("script[src*='plotly-cartesian']").count() == 1  # the partial bundle, once
+    caption = page.locator("#demo-caption")  # computed from the two points, each a median of several questions
+    assert caption.is_visible() and caption.inner_text().startswith("문맥 ") and "TPOT" in caption.inner_text()
+    page.set_viewport_size({"width": 1920, "height": 1080})  # the projector
     page.wait_for_selector("#socket-state[data-state=open]", timeout=15_000)
     page.click("#ask-button")
-    page.click("#ab-details summary")  # the two answers and their tables sit folded under the A/B result
-    page.wait_for_selector(".turn.side-by-side .answer >> nth=1", timeout=120_000)
-    for index in range(2):
-        answer = page.locator(".turn.side-by-side .answer").nth(index)
-        answer.locator(".status").filter(has_text="완료").wait_for(timeout=120_000)
-    page.wait_for_selector("#ab-result[data-done=true] .ab-pct", timeout=10_000)  # two large numbers and the difference
+    page.wait_for_selector(".turn.side-by-side .answer >> nth=1", state="attached", timeout=120_000)
+    # two large numbers and the difference, once both answers are done
+    page.wait_for_selector("#ab-result[data-done=true] .ab-pct", timeout=240_000)
     assert page.locator("#ab-result .ab-number").count() == 2
     assert page.locator("#ab-result .split-bar").count() == 2
+    page.wait_for_timeout(800)  # the smooth scroll that brought the result into view
+    box = page.locator("#ab-result").bounding_box()
+    assert box is not None and 0 <= box["y"] and box["y"] + box["height"] <= 1080  # above the fold at 1920×1080
+    page.click("#ab-details summary")  # the two answers and their tables sit folded under the A/B result
+    for index in range(2):
+        answer = page.locator(".turn.side-by-side .answer").nth(index)
+        answer.locator(".status").filter(has_text="완료").wait_for(timeout=10_000)
     assert "/demo/" in page.url  # the demo keeps its address while the chat runs
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "team-demo.png"), full_page=True)

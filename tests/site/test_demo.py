@@ -11,13 +11,14 @@ from django.test import Client
 from bench import palette, services
 from bench.kinds import retrieval
 from bench.models import BenchJob
+from labapp.labs import demo
 from labapp.labs.demo import state_words, sweep_settings
 from rag.chunking import CHUNK_SIZES
 
 
 def test_the_sliders_give_top_k_from_one_and_every_chunk_size_up_to_the_largest() -> None:
     assert sweep_settings(6, 1000) == {
-        "questions": "1", "top_ks": "1, 2, 4, 6", "chunk_sizes": "200, 500, 1000", "max_tokens": "8",
+        "questions": "3", "top_ks": "1, 2, 4, 6", "chunk_sizes": "200, 500, 1000", "max_tokens": "8",
     }  # fmt: skip
     assert sweep_settings(3, 500)["top_ks"] == "1, 2, 3" and sweep_settings(3, 500)["chunk_sizes"] == "200, 500"
     assert sweep_settings(99, 100)["top_ks"].endswith("10") and sweep_settings(0, 100)["chunk_sizes"] == "200"
@@ -92,3 +93,51 @@ def test_a_chunk_size_has_one_colour_in_both_panels_from_the_shared_palette() ->
     assert colours == {("#1 200", palette.CHUNK_COLOURS[200]), ("#1 1000", palette.CHUNK_COLOURS[1000])}
     assert [t["showlegend"] for t in figure["data"]].count(True) == 2  # one key per size, not per panel
     assert set(palette.CHUNK_COLOURS) == set(CHUNK_SIZES) and len(set(palette.CHUNK_COLOURS.values())) == 3
+
+
+def _point(size: int, top_k: int, context: float, ttft: float, tpot: float) -> dict[str, Any]:
+    return {"cell": f"{size}/{top_k}", "completed": 3, "chunk_size": size, "top_k": top_k,
+            "median_context_tokens": context, "median_ttft_ms": ttft, "median_tpot_ms": tpot}  # fmt: skip
+
+
+def test_each_point_is_the_median_of_several_questions_with_its_interval() -> None:
+    """One question per point made the TPOT panel zigzag 80–160 ms under a caption saying it stays flat."""
+    assert int(sweep_settings(6, 1000)["questions"]) >= 3
+    cells = [_point(200, k, 60.0 * k, 200.0 + 100 * k, 95.0) | {"ci_tpot_ms": [88.0, 104.0]} for k in (1, 2)]
+    tpot = [t for t in retrieval.chart([("#1", {"cells": cells})])["data"] if t["xaxis"] == "x2"]
+    assert tpot[0]["error_y"]["array"] == [9.0, 9.0] and tpot[0]["error_y"]["arrayminus"] == [7.0, 7.0]
+
+
+def test_the_caption_is_computed_from_the_points_and_never_claims_what_they_do_not_show() -> None:
+    flat = [_point(200, 1, 65.0, 292.0, 98.0), _point(1000, 6, 1935.0, 3868.0, 103.0)]
+    assert demo.caption({"cells": flat}) == [
+        "문맥 65 → 1,935 토큰: TTFT 292 ms → 3.9 s (13배로 늘어남)",
+        "TPOT 98 ms → 103 ms (거의 그대로)",
+    ]
+    zigzag = [_point(200, 1, 65.0, 292.0, 80.0), _point(1000, 6, 1935.0, 3868.0, 160.0)]
+    assert demo.caption({"cells": zigzag})[1] == "TPOT 80 ms → 160 ms (2배로 늘어남)"  # not "거의 그대로"
+    assert demo.caption({"cells": flat[:1]}) == []  # one point: nothing to say yet
+    assert demo.times(15.84) == "16배" and demo.times(2.04) == "2배" and demo.times(2.36) == "2.4배"
+    assert demo.change_words(100.0, 40.0) == "2.5배 줄어듦"
+
+
+@pytest.mark.django_db
+def test_the_live_state_and_the_page_carry_the_caption_and_the_ratio_words() -> None:
+    owner = User.objects.create(username="captions")
+    client = Client()
+    client.force_login(owner)
+    cells = [_point(200, 1, 65.0, 292.0, 98.0), _point(1000, 6, 1935.0, 3868.0, 103.0)]
+    job = BenchJob.objects.create(owner=owner, kind="retrieval", config=sweep_settings(6, 1000), engine_url="http://e",
+                                  status="running", results={"cells": cells, "partial": True})  # fmt: skip
+    assert "13배로 늘어남" in client.get(f"/demo/sweep/{job.pk}.json").json()["caption"][0]
+    page = client.get(f"/demo/?job={job.pk}").content.decode()
+    assert 'id="demo-caption"' in page and "13배로 늘어남" in page and 'id="demo-figure"' in page
+    assert "거의 그대로입니다" not in page  # the fixed claim is gone
+    labels = demo.demo_labels()
+    assert labels["times"] == "%(n)s배" and "%(n)s" in labels["slower_times"]
+    client.cookies["django_language"] = "en"
+    english = client.get(f"/demo/sweep/{job.pk}.json").json()["caption"]
+    assert english == [
+        "Context 65 → 1,935 tokens: TTFT 292 ms → 3.9 s (up 13×)",
+        "TPOT 98 ms → 103 ms (about the same)",
+    ]

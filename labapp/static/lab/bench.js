@@ -1,4 +1,4 @@
-// Draws a job's charts (plotly.js from the installed package) once, with their final layout,
+// Draws a job's charts (plotly.js, vendored: templates/plotly_script.html) once, with their final layout,
 // and redraws them in place (Plotly.react) when htmx swaps the panel with new results.
 //
 // Why a swapped panel used to look garbled for a few seconds: htmx "settles" an element that

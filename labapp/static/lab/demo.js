@@ -83,15 +83,27 @@
       const error = progress.querySelector(".error");
       error.textContent = m.error || "";
       error.hidden = !m.error;
+      const caption = document.getElementById("demo-caption");
+      if (caption) {  // one line per panel, computed from the points by the server
+        caption.replaceChildren(...(m.caption || []).map((line) => Object.assign(document.createElement("span"), { textContent: line })));
+        caption.hidden = !(m.caption || []).length;
+      }
       if (m.figure && m.cells !== drawnCells && window.Plotly) {
         figure = m.figure;
         draw();
         drawnCells = m.cells;
         chart.dataset.cells = String(m.cells);
       }
-      if (["queued", "running"].includes(m.status)) setTimeout(poll, 1500);
+        if (["queued", "running"].includes(m.status)) setTimeout(poll, 1500);
     }
-    poll();
+    // The chart as the page was made: drawn at once, not after the first poll's round trip.
+    const first = document.getElementById("demo-figure");
+    const saved = first ? JSON.parse(first.textContent) : null;
+    if (saved && window.Plotly) {
+      figure = saved;
+      draw();
+    }
+    poll();  // the state in words, and the chart again once it has more points
   }
 
   // --- the A/B result: two large numbers and a split bar each -------------------------------
@@ -155,18 +167,32 @@
     return (100 * (b - a)) / a;
   }
 
+  // A difference read from the back of a room: "16배" once one side takes half again as long
+  // (bench's demo.times, the same rounding), a percentage below that ("+35%").
+  const TIMES_FROM = 1.5;
+  const timesText = (ratio) => (ratio >= 10 ? ratio.toFixed(0) : ratio.toFixed(1).replace(/\.0$/, ""));
+  function difference(a, b) {
+    const pct = percent(a, b);
+    if (pct === null) return null;
+    const ratio = b / a;
+    if (ratio >= TIMES_FROM) return { sign: "+", big: fill(L.times, { n: timesText(ratio) }), words: fill(L.slower_times, { n: timesText(ratio) }) };
+    if (ratio > 0 && 1 / ratio >= TIMES_FROM) return { sign: "-", big: fill(L.times, { n: timesText(1 / ratio) }), words: fill(L.faster_times, { n: timesText(1 / ratio) }) };
+    const shown = `${Math.abs(pct).toFixed(0)}%`;
+    if (Math.abs(pct) < 5) return { sign: "0", big: shown, words: L.same };
+    return { sign: pct > 0 ? "+" : "-", big: `${pct > 0 ? "+" : "−"}${shown}`, words: fill(pct > 0 ? L.slower : L.faster, { pct: shown }) };
+  }
+
   function verdict(a, b) {
     const pa = parts(a), pb = parts(b);
-    const pct = percent(pa.ttft, pb.ttft);
+    const diff = difference(pa.ttft, pb.ttft);
     const box = el("div", { class: "ab-diff" });
-    if (pct === null) return box;
-    const shown = `${Math.abs(pct).toFixed(0)}%`;
-    const words = Math.abs(pct) < 5 ? L.same : fill(pct > 0 ? L.slower : L.faster, { pct: shown });
-    box.dataset.sign = Math.abs(pct) < 5 ? "0" : pct > 0 ? "+" : "-";
-    box.append(el("p", { class: "ab-pct" }, `${pct > 0 ? "+" : pct < 0 ? "−" : ""}${shown}`), el("p", { class: "ab-words" }, words));
-    const totalPct = percent(pa.total, pb.total);
-    if (totalPct !== null) {
-      box.append(el("p", { class: "muted" }, fill(L.total_diff, { a: secs(pa.total), b: secs(pb.total), pct: `${totalPct > 0 ? "+" : ""}${totalPct.toFixed(0)}%` })));
+    if (diff === null) return box;
+    box.dataset.sign = diff.sign;
+    box.append(el("p", { class: "ab-pct" }, diff.big), el("p", { class: "ab-words" }, diff.words));
+    const total = difference(pa.total, pb.total);
+    if (total !== null) {
+      const shown = total.sign === "0" ? total.words : total.big;
+      box.append(el("p", { class: "muted" }, fill(L.total_diff, { a: secs(pa.total), b: secs(pb.total), pct: shown })));
     }
     return box;
   }
@@ -184,8 +210,13 @@
       b ? side(L.setting_b, b, scale) : el("div", { class: "ab-side" })];
     result.replaceChildren(...sides);
     paint(result);
+    const shownBefore = !result.hidden;
     result.hidden = false;
     result.dataset.done = done ? "true" : "false";
+    // On the projector the result shows without scrolling: when a new pair of answers starts (saved,
+    // finished ones drawn at load leave the page at its top), the section's heading, the two numbers
+    // and the verdict come into view (they sit above the form).
+    if (!shownBefore && !done) document.getElementById("demo-compare").scrollIntoView({ block: "start", behavior: "smooth" });
   }
 
   let queued = false;
