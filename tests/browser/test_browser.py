@@ -48,7 +48,9 @@ def test_a_learner_asks_watches_tokens_arrive_stops_an_answer_and_compares_two_s
     page.goto(f"{full_stack}/chat/")
     page.wait_for_selector("#socket-state[data-state=open]", timeout=15_000)
     page.fill("textarea[name=question]", "프리필과 디코드는 어떻게 다른가요?")
-    page.fill("input[name=max_tokens]", "48")
+    # 24 tokens: the base model's answer here loops by its 39th token, and an answer the repeat guard cuts
+    # has no per-request metrics from vLLM (they come with the last chunk), so no queue time to show.
+    page.fill("input[name=max_tokens]", "24")
     page.click("#ask-button")
     first = page.locator(".answer").nth(0)
     # Tokens arrive one after another: the text is seen at several lengths before the answer ends.
