@@ -12,6 +12,7 @@ from django.contrib.auth.password_validation import validate_password
 from django.utils import timezone
 from django.utils.functional import lazy
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import pgettext_lazy
 
 from labapp.classes import services
 from labapp.labs.catalog import LABS
@@ -135,7 +136,7 @@ def _datetime_field(label: Any) -> forms.DateTimeField:
 
 class AssignmentForm(forms.Form):
     lab = forms.TypedChoiceField(
-        label=_("실습"),
+        label=pgettext_lazy("one lab", "실습"),
         coerce=int,
         choices=lambda: [(number, lab.title) for number, lab in LABS.items()],  # the labs registered now
         error_messages={"invalid_choice": _("그런 실습이 없습니다 (받은 값: %(value)s).")},

@@ -730,3 +730,16 @@ def test_a_new_assignment_has_dates_to_start_from_and_names_their_time_zone(
         assert opens and due, form
         assert due.group(1).endswith("T23:59") and due.group(1) > opens.group(1)
         assert form.count(zone) == 2  # under each of the two fields
+
+
+@pytest.mark.django_db
+def test_a_field_or_column_naming_one_lab_reads_lab_not_labs_in_english(class_mode: None, world: World) -> None:
+    """ "실습" is both the labs menu ("Labs") and one lab's field or column ("Lab"): a context tells them apart."""
+    client = world.client("instructor_a")
+    client.cookies["django_language"] = "en"
+    page = client.get(f"/classes/{world.room_a.pk}/").content.decode()
+    form = page.split('id="assignment-form"')[1].split("</form>")[0]
+    assert re.search(r"<label[^>]*>Lab:</label>", form), form[:400]
+    assert ">Labs</a>" in page  # the menu
+    labs = client.get("/labs/").content.decode()
+    assert "<th>Lab</th>" in labs and "<h1>Labs</h1>" in labs  # one lab per row, under the page's title
