@@ -424,7 +424,7 @@ def test_the_gradebook_shows_status_key_numbers_checks_and_late_marks(class_mode
     assert lab1.state.status == "submitted" and lab1.late and (lab1.checks_passed, lab1.checks_total) == (1, 2)
     assert lab4.state.status == "passed" and lab4.overdue and lab4.key_numbers["ms/token (500)"] == 1.7
     page = response.content.decode()
-    assert "제출함" in page and "확인 1/2" in page and 'data-late="true"' in page and "프리필 속도 (tok/s) 600" in page
+    assert "제출함" in page and "확인 1/2" in page and 'data-late="true"' in page and "프리필 속도 (tok/s): 600" in page
     assert 'id="class-speeds-data"' in page and 'id="class-ttft-data"' in page and "plotly-cartesian-" in page
     assert "learner_b" not in page
 
