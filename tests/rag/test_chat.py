@@ -72,6 +72,17 @@ def fake(
     chat.engine_cache_clear()
 
 
+def _chapter_run() -> chat.AnswerRun:
+    """An answer run on the chapter for the question "q", in Korean, as the socket makes one."""
+    return chat.AnswerRun(
+        question="q",
+        settings=prompting.ChatSettings(),
+        collection=CollectionRef("chapter", "chapter", "챕터", by_language=True),
+        language="ko",
+        stall_timeout_s=5,
+    )
+
+
 def _cookie(username: str = "learner1") -> bytes:
     user = User.objects.get_or_create(username=username)[0]
     client = Client()
@@ -721,13 +732,7 @@ def test_the_retrieval_and_prompt_frames_go_out_after_the_request_and_before_any
         events.append(frame["type"])
 
     monkeypatch.setattr(vllm_client, "stream_request", stream_request)
-    run = chat.AnswerRun(
-        question="q",
-        settings=prompting.ChatSettings(),
-        collection=CollectionRef("chapter", "chapter", "챕터", by_language=True),
-        language="ko",
-        stall_timeout_s=5,
-    )
+    run = _chapter_run()
     prompt = prompting.prompt_build("q", [], brief=False, language="ko")
     before = ({"type": "retrieval"}, {"type": "prompt"})
     aio.run(chat._stream(run, prompt, send, before=before))
@@ -745,13 +750,7 @@ def test_an_answer_cut_before_any_text_says_why_and_still_lists_its_sources(fake
 
 
 def test_an_answer_the_model_left_empty_says_so_in_words() -> None:
-    run = chat.AnswerRun(
-        question="q",
-        settings=prompting.ChatSettings(),
-        collection=CollectionRef("chapter", "chapter", "챕터", by_language=True),
-        language="ko",
-        stall_timeout_s=5,
-    )
+    run = _chapter_run()
     run.record.finish_reason = "stop"
     chat.explain_empty(run, stopped=False)
     assert "아무 글자도" in run.notices[-1]["message"] and "자료도 없었습니다" in run.notices[-1]["message"]
@@ -800,13 +799,7 @@ def test_a_stopped_answer_keeps_its_estimate_and_says_why_its_cached_tokens_are_
 def test_the_estimate_state_and_cached_state_say_why_a_number_is_missing() -> None:
     from rag.vllm.records import RequestRecord
 
-    run = chat.AnswerRun(
-        question="q",
-        settings=prompting.ChatSettings(),
-        collection=CollectionRef("chapter", "chapter", "챕터", by_language=True),
-        language="ko",
-        stall_timeout_s=5,
-    )
+    run = _chapter_run()
     run.record = RequestRecord(prompt_tokens=40, output_tokens=0)
     assert not chat.needs_speeds(run) and run.estimate_state == "no_output"
     run.record = RequestRecord(prompt_tokens=40, output_tokens=5, cached_tokens=32, finish_reason=None)

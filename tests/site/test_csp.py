@@ -18,13 +18,9 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from bench.models import BenchJob
-from labapp.chapter.services import chapter_load
 from labapp.classes import services as class_services
 from labapp.models import Membership
-from rag.access import user_collection_name
-from rag.models import Document
 from tests.csp_watch import CspWatchingBrowser
-from tests.site.test_labs import GOOD
 
 ROOT = Path(__file__).resolve().parents[2]
 POLICY = {
@@ -103,25 +99,6 @@ def test_the_finder_sees_inline_scripts_handlers_and_styles() -> None:
 def test_no_template_has_inline_code(path: Path) -> None:
     source = re.sub(r"{%.*?%}|{{.*?}}|{#.*?#}", "", path.read_text(), flags=re.S)  # the markup, not the tags
     assert inline_code(source) == [], path.relative_to(ROOT)
-
-
-@pytest.fixture
-def learner_work(db: None) -> tuple[User, BenchJob]:
-    chapter_load()
-    learner = User.objects.create_user("csp-learner")
-    job = BenchJob.objects.create(owner=learner, kind="speed", engine_url="http://x", status="done", results=GOOD[1])
-    Document.objects.create(
-        owner=learner,
-        collection=user_collection_name(learner),
-        title="메모",
-        filename="memo.md",
-        kind="md",
-        size_bytes=10,
-        text="메모",
-        content_hash="x",
-        status="ready",
-    )
-    return learner, job
 
 
 LOCAL_PAGES = [

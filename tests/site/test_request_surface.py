@@ -23,12 +23,9 @@ from hypothesis import HealthCheck, example, given
 from hypothesis import strategies as st
 
 from bench.models import BenchJob
-from labapp.chapter.services import chapter_load
 from labapp.classes import services as class_services
 from labapp.models import Membership
-from rag.access import user_collection_name
-from rag.models import Conversation, Document
-from tests.site.test_labs import GOOD
+from rag.models import Conversation
 
 ROOT = Path(__file__).resolve().parents[2]
 _READ = re.compile(r"""\b(?:GET|POST)(?:\.get|\.getlist|\.pop)?[\[(]\s*["']([A-Za-z_][\w-]*)["']""")
@@ -81,27 +78,15 @@ SURFACE = hypothesis.settings(
 
 
 @pytest.fixture
-def people(db: None, settings: Any) -> dict[str, Any]:
-    """A class with a learner and its instructor, and one of each object a path can name."""
+def people(learner_work: tuple[User, BenchJob], settings: Any) -> dict[str, Any]:
+    """A class with a learner (with a job and a document: ``learner_work``) and its instructor, and one
+    of each object a path can name."""
     settings.LAB_MODE = "class"
-    chapter_load()
-    learner = User.objects.create_user("surface-learner")
+    learner, job = learner_work
     instructor = User.objects.create_user("surface-instructor")
     room = class_services.classroom_create(name="표면반", instructor=instructor)
     Membership.objects.create(classroom=room, user=learner)
-    job = BenchJob.objects.create(owner=learner, kind="speed", engine_url="http://x", status="done", results=GOOD[1])
     Conversation.objects.create(owner=learner, title="대화")
-    Document.objects.create(
-        owner=learner,
-        collection=user_collection_name(learner),
-        title="메모",
-        filename="memo.md",
-        kind="md",
-        size_bytes=10,
-        text="메모",
-        content_hash="x",
-        status="ready",
-    )
     return {"learner": learner, "instructor": instructor, "id": min(job.pk, room.pk)}
 
 
