@@ -9,8 +9,8 @@ are kept (particles and endings are not) and nouns written together are kept joi
 (프리필, 프리픽스), so 프리필 no longer matches 프리픽스 on their shared 프리.  Runs of Latin
 letters and digits (TTFT, KV, top-k, 1600) stay whole words.  ``tokenizer="bigram"`` is the
 former way (each Korean run as overlapping character pairs), kept to measure against
-(docs/performance.md: morphemes found the right chunk in the top 5 for 0.97 of the evaluation
-questions at 200-character chunks where bigrams found 0.79).
+(docs/performance.md, `manage.py compare_tokenizers`: morphemes found the right chunk in the top 5
+for 0.91 of the 98 evaluation questions at 200-character chunks where bigrams found 0.82).
 A chunk's section title is indexed with its text, so a chunk deep in a section still answers to
 the section's subject.
 Pure code (NumPy): the index is built from texts the caller fetched, and can be saved to
