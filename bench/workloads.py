@@ -106,7 +106,13 @@ def rag_questions(count: int, *, seed: int) -> list[Any]:
 
 
 def rag_prompts(
-    questions: list[Any], *, top_k: int, chunk_size: int, brief: bool = False, collection: str | None = None
+    questions: list[Any],
+    *,
+    top_k: int,
+    chunk_size: int,
+    brief: bool = False,
+    collection: str | None = None,
+    example: str = "",
 ) -> list[RagPrompt]:
     """The real retrieval pipeline (hybrid search, stable chunk order, the chat's template).
 
@@ -136,7 +142,7 @@ def rag_prompts(
             retrieval_ms = result.retrieval_ms
             found = answer_rank(result, question, texts.get(question.slug, "").find(question.evidence)) is not None
             chunks = [c.context_chunk() for c in result.chunks]
-        prompt = prompting.prompt_build(question.question, chunks, brief=brief)
+        prompt = prompting.prompt_build(question.question, chunks, brief=brief, example=example)
         out.append(
             RagPrompt(
                 question_id=question.id,

@@ -172,17 +172,18 @@ class Prompt:
     chunks: list[ContextChunk] = field(default_factory=list)
     language: str = "ko"
     brief: bool = False
+    example: str = ""  # worked questions and answers between the material and the question
 
     @property
     def text(self) -> str:
         """The plain-completion prompt (our template, for models without a chat template)."""
-        return self.instructions + self.context + self.question
+        return self.instructions + self.context + self.example + self.question
 
     def messages(self) -> list[dict[str, str]]:
         """The same content for a model with a chat template."""
         return [
             {"role": "system", "content": self.instructions.strip()},
-            {"role": "user", "content": (self.context + self.question).strip()},
+            {"role": "user", "content": (self.context + self.example + self.question).strip()},
         ]
 
     @property
@@ -199,10 +200,17 @@ def stable_order(chunks: list[ContextChunk]) -> list[ContextChunk]:
 
 
 def prompt_build(
-    question: str, chunks: list[ContextChunk], *, brief: bool, language: str = "ko", keep_order: bool = False
+    question: str,
+    chunks: list[ContextChunk],
+    *,
+    brief: bool,
+    language: str = "ko",
+    keep_order: bool = False,
+    example: str = "",
 ) -> Prompt:
-    """Instructions, the chunks in a stable order (``keep_order``: as given, for Lab 5's
-    reordering experiment), then the question."""
+    """Instructions, the chunks in a stable order (``keep_order``: as given, for Lab 5's reordering
+    experiment), ``example`` (worked questions and answers that show a base model the answer's shape,
+    next to the question it is to answer alike), then the question."""
     language = language if language in _INSTRUCTIONS else "ko"
     labels = _LABELS[language]
     instructions = _INSTRUCTIONS[language] + (" " + _BRIEF[language] if brief else "") + "\n\n"
@@ -219,6 +227,7 @@ def prompt_build(
         chunks=ordered,
         language=language,
         brief=brief,
+        example=example,
     )
 
 

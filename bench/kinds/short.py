@@ -6,8 +6,9 @@ The caps (``max_tokens``) send exactly the normal prompt, so at temperature 0 a 
 changes an answer only where it cuts it. Every variant of a question sends the same
 first line, and the prefix cache is emptied before each request: every request pays
 its whole prefill, so the brief instruction's own prefill cost shows in its TTFT
-beside the decode it saves. The questions ask for an explanation, so the normal
-answers run long enough that their length decides the time.
+beside the decode it saves. The questions ask for an explanation and every prompt shows two
+worked answers (a conclusion line, then reasons: ``ANSWER_SHAPE``), so the normal answers run
+long enough that their length decides the time.
 No repeated-line guard here: the stop strings alone end an answer, as the engine does.
 """
 
@@ -52,7 +53,8 @@ class ShortConfig:
         return self.questions * len(self.variants())
 
     def longest_requests(self) -> list[tuple[str, int]]:
-        return [("normal_tokens", rag_work.rag_longest(self.top_k, self.chunk_size, self.normal_tokens))]
+        longest = rag_work.rag_longest(self.top_k, self.chunk_size, self.normal_tokens) + len(ANSWER_SHAPE)
+        return [("normal_tokens", longest)]
 
     def variants(self) -> dict[str, tuple[bool, int]]:
         """variant → (asked to answer briefly, max_tokens): the instruction alone, then each cap alone."""
@@ -231,6 +233,24 @@ def summary(cells: list[dict[str, Any]]) -> dict[str, Any]:
 
 ASK_WHY = " 이유와 함께 자세히 설명하세요."  # in the question itself: every variant asks it, the normal answer runs
 
+# Two worked questions in every variant's prompt, right before its question (the prompt's shape, not its
+# content: neither is one of the evaluation questions). A base model ignores "explain in detail" and,
+# without them, answers in one line that ends at the next "질문:" (median 21-36 tokens on Gemma 3 270M),
+# so the brief format had nothing to cut. Shown a conclusion line and then reasons, it writes the
+# reasons (or repeats a line until max_tokens); the brief format keeps the conclusion line alone.
+ANSWER_SHAPE = (
+    "[예시 1]\n질문: 요청이 몰리면 TTFT가 왜 늘어나나요?" + ASK_WHY + "\n"
+    "답변: 새 요청이 앞선 요청들의 프리필을 기다리기 때문입니다.\n"
+    "- 엔진은 한 스텝에 정해진 양의 토큰만 계산합니다.\n"
+    "- 새 요청은 앞선 요청의 프리필이 끝날 때까지 대기열에서 기다립니다.\n"
+    "- 그래서 동시 요청이 많을수록 첫 토큰이 늦게 나옵니다.\n\n"
+    "[예시 2]\n질문: 모델이 커지면 TPOT는 어떻게 되나요?" + ASK_WHY + "\n"
+    "답변: TPOT가 길어집니다.\n"
+    "- 디코드는 토큰마다 가중치 전체를 메모리에서 읽습니다.\n"
+    "- 가중치가 두 배면 읽을 바이트도 두 배입니다.\n"
+    "- 메모리 대역폭은 그대로이므로 토큰 하나에 걸리는 시간이 늘어납니다.\n\n"
+)
+
 
 @dataclass(frozen=True)
 class Explained:
@@ -257,8 +277,9 @@ async def _questions(config: ShortConfig, measured: Measured, resets: list[str],
     stops at a cancel (``session.cancelled``)."""
     questions = [explained(q) for q in await rag_work.questions(config.questions, seed=config.seed)]
     await warm_up(base_url=session.base_url, model=session.model, seed=config.seed)
-    plain = await rag_work.prompts(questions, top_k=config.top_k, chunk_size=config.chunk_size)
-    brief = await rag_work.prompts(questions, top_k=config.top_k, chunk_size=config.chunk_size, brief=True)
+    shared = {"top_k": config.top_k, "chunk_size": config.chunk_size, "example": ANSWER_SHAPE}
+    plain = await rag_work.prompts(questions, **shared)
+    brief = await rag_work.prompts(questions, **shared, brief=True)
     for number, question in enumerate(questions):
         asked = _("질문 %(n)d") % {"n": number + 1}
         if not await session.start_cell(asked):
@@ -575,7 +596,7 @@ def saved_what(config: ShortConfig) -> str:
 
 def saved_estimate(config: ShortConfig, prefill: float, decode: float) -> Estimate | None:
     """The one-line answer's time saved against the normal one, as a share of the normal answer's whole time."""
-    prompt = rag_work.context_tokens(config.top_k, config.chunk_size)
+    prompt = rag_work.context_tokens(config.top_k, config.chunk_size) + len(ANSWER_SHAPE)
     prefill_s, normal_s = gen_seconds(prompt, config.normal_tokens, prefill, decode)
     _same, capped_s = gen_seconds(prompt, ONE_LINE_TOKENS, prefill, decode)
     if prefill_s + normal_s <= 0:

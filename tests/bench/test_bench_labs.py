@@ -180,8 +180,10 @@ def _scripted_rag(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
 
     calls: list[dict[str, Any]] = []
 
-    def rag_prompts(questions: list[Any], *, top_k: int, chunk_size: int, brief: bool = False) -> list[Any]:
-        calls.append({"top_k": top_k, "chunk_size": chunk_size, "brief": brief})
+    def rag_prompts(
+        questions: list[Any], *, top_k: int, chunk_size: int, brief: bool = False, example: str = ""
+    ) -> list[Any]:
+        calls.append({"top_k": top_k, "chunk_size": chunk_size, "brief": brief, "example": example})
         out = []
         for q in questions:
             chunks = [
@@ -190,7 +192,7 @@ def _scripted_rag(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
                 )
                 for i in range(top_k)
             ]
-            prompt = prompting.prompt_build(q.question, chunks, brief=brief)
+            prompt = prompting.prompt_build(q.question, chunks, brief=brief, example=example)
             out.append(
                 workloads.RagPrompt(
                     question_id=q.id, question=q.question, evidence=q.evidence, text=prompt.text,
@@ -260,6 +262,7 @@ def test_short_answers_vary_the_instruction_and_sweep_the_caps(
         kinds.measure("short", config, base_url=url, model="fake-model", reporter=ProgressReporter(aio.keep_going))
     )
     assert {c["brief"] for c in calls} == {True, False}
+    assert {c["example"] for c in calls} == {short.ANSWER_SHAPE}  # every variant shows the answer's shape
     cells = {c["cell"]: c for c in results["cells"]}
     assert list(cells) == ["normal", "brief", "cap_2", "cap_4", "cap_8"]
     assert cells["cap_2"]["max_tokens"] == 2 and cells["normal"]["max_tokens"] == 64

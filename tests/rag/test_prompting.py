@@ -135,3 +135,15 @@ def test_the_settings_errors_read_in_english_on_an_english_page() -> None:
         prompting.question_clean(" ")
     with translation.override("en"), pytest.raises(SettingsError, match="top_k: must be a whole number from 0 to 20"):
         prompting.settings_parse({"top_k": 99})
+
+
+def test_an_example_sits_right_before_the_question_in_every_variant() -> None:
+    """Worked answers (Lab 6's answer shape) come after the material, next to the question, the same
+    text with and without the brief instruction; without one the prompt is as before."""
+    shape = "[예시]\n질문: q?\n답변: a.\n- 이유.\n\n"
+    for brief in (False, True):
+        prompt = prompting.prompt_build("q", [], brief=brief, example=shape)
+        assert prompt.text.endswith("(자료 없음)\n\n" + shape + "질문: q\n답변:")
+        assert shape in prompt.messages()[1]["content"]
+    plain = prompting.prompt_build("q", [], brief=False)
+    assert plain.text == plain.instructions + plain.context + plain.question
