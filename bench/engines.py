@@ -4,11 +4,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import hashlib
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
+from asgiref.sync import async_to_sync
+from django.conf import settings
+from django.core.cache import cache
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
@@ -93,8 +99,9 @@ REASONS = {
 class Probe:
     """One engine's state: up with its model, max length, version and round trip, or down with why.
 
-    ``reason`` is for everyone; ``detail`` (an HTTP status, a content type, an exception's
-    class name) is for those who may register engines.
+    ``reason`` is for everyone, in the reader's language (``why`` is its key in REASONS, so a
+    result kept in the cache reads right in either language); ``detail`` (an HTTP status, a
+    content type, an exception's class name) is for those who may register engines.
     """
 
     ok: bool
@@ -102,8 +109,12 @@ class Probe:
     model: str = ""
     max_model_len: int | None = None
     version: str = ""
-    reason: str = ""
+    why: str = ""
     detail: str = ""
+
+    @property
+    def reason(self) -> str:
+        return str(REASONS[self.why]) if self.why else ""
 
 
 async def probe(choice: Choice, timeout: float = PROBE_TIMEOUT_S) -> Probe:
@@ -112,7 +123,7 @@ async def probe(choice: Choice, timeout: float = PROBE_TIMEOUT_S) -> Probe:
         info = await vllm_client.probe(choice.url, wanted=choice.model or None, timeout=timeout)
     except vllm_client.EngineUnavailable as exc:
         ms = round((time.perf_counter() - started) * 1000)
-        return Probe(False, ms, reason=str(REASONS[exc.reason]), detail=exc.detail)
+        return Probe(False, ms, why=exc.reason, detail=exc.detail)
     ms = round((time.perf_counter() - started) * 1000)
     return Probe(True, ms, info.model, info.max_model_len, info.version)
 
@@ -121,3 +132,27 @@ async def probe_all(items: list[Choice], timeout: float = PROBE_TIMEOUT_S) -> li
     """Every engine probed at once: the page waits for the slowest, at most ``timeout``."""
     found = await asyncio.gather(*(probe(item, timeout) for item in items))
     return list(zip(items, found, strict=True))
+
+
+_probing = threading.Lock()  # a reload storm waits for the probes under way instead of sending its own
+
+
+def _cache_key(choice: Choice) -> str:
+    # Hashed: an address may carry credentials, and cache keys are not the place for them.
+    return "engine-probe:" + hashlib.sha256(f"{choice.url}\n{choice.model}".encode()).hexdigest()
+
+
+def probed(items: list[Choice]) -> list[tuple[Choice, Probe]]:
+    """Every engine's state for the engines page: a result is reused for ENGINE_PROBE_CACHE_S seconds
+    (per engine, in Django's cache), so however often the page is reloaded an engine gets at most one
+    probe per that time from this process; the engines with no fresh result are probed at once."""
+    found = cache.get_many([_cache_key(c) for c in items])
+    if len(found) < len(items):
+        with _probing if settings.ENGINE_PROBE_CACHE_S > 0 else contextlib.nullcontext():
+            found = cache.get_many([_cache_key(c) for c in items])
+            missing = [c for c in items if _cache_key(c) not in found]
+            fresh = {_cache_key(c): p for c, p in async_to_sync(probe_all)(missing)} if missing else {}
+            if fresh and settings.ENGINE_PROBE_CACHE_S > 0:
+                cache.set_many(fresh, settings.ENGINE_PROBE_CACHE_S)
+            found |= fresh
+    return [(c, found[_cache_key(c)]) for c in items]

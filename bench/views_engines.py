@@ -3,7 +3,6 @@ and whoever added one (or an admin) removes it."""
 
 from __future__ import annotations
 
-from asgiref.sync import async_to_sync
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
@@ -19,7 +18,7 @@ from labapp.access import may_register_engine
 def engine_list(request: HttpRequest) -> HttpResponse:
     can_manage = may_register_engine(request.user)
     context = {
-        "rows": async_to_sync(engines.probe_all)(engines.choices()),
+        "rows": engines.probed(engines.choices()),
         "chosen": engines.chosen_url(request.session),
         "can_manage": can_manage,
         "show_detail": can_manage,  # who registers engines may read why one is down; learners the reason only

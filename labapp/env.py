@@ -81,6 +81,21 @@ VARIABLES: dict[str, Variable] = {
             "600",
             "documents: a queued document's task is sent again after this long, and it fails after twice this",
         ),
+        Variable(
+            "SIGNUPS_PER_ADDRESS_PER_HOUR",
+            "400",
+            "class sign-up: new accounts one client address may make in an hour (a class behind one NAT shares one)",
+        ),
+        Variable(
+            "JOINS_PER_CLASS_PER_MINUTE",
+            "120",
+            "classes: new members (sign-ups and joins) one class takes in a minute; one more is told to wait",
+        ),
+        Variable(
+            "ENGINE_PROBE_CACHE_S",
+            "10",
+            "engines page: seconds one engine's probe result is reused (0 = probe on every load)",
+        ),
         Variable("STATUS_CACHE_S", "5", "status page: seconds its probe results are reused (0 = probe on every hit)"),
         Variable("WEB_HOST", "127.0.0.1", "address Daphne listens on (0.0.0.0 for a class server)"),
         Variable("WEB_PORT", "8000", "port of the Daphne web server"),

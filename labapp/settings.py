@@ -180,6 +180,7 @@ LAB_RUN_SETTINGS: dict[int, dict[str, object]] = {}
 REQUEST_MAX_BYTES = 5 * 1024 * 1024 + 64 * 1024
 DATA_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024  # a body's fields other than files (the lab's forms post a few KB)
 FILE_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024  # a larger uploaded file is spooled to a temporary file
+ENGINE_PROBE_CACHE_S = env_int("ENGINE_PROBE_CACHE_S", minimum=0, maximum=3600)  # bench.engines
 STATUS_CACHE_S = env_int("STATUS_CACHE_S", minimum=0, maximum=3600)
 WEB_HOST = env_str("WEB_HOST")
 WEB_PORT = env_int("WEB_PORT", minimum=1, maximum=65535)
@@ -228,6 +229,12 @@ AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_CALLABLE = "labapp.accounts.locked_out"
 JOIN_CODE_FAILURE_LIMIT = 20
 JOIN_CODE_FAILURE_WINDOW_S = 15 * 60
+# Sign-up and joining rates (labapp.classes.throttle, which says why these defaults): new accounts
+# per address per hour, new members per class per minute.
+SIGNUPS_PER_ADDRESS_PER_HOUR = env_int("SIGNUPS_PER_ADDRESS_PER_HOUR", minimum=1, maximum=100_000)
+SIGNUP_ADDRESS_WINDOW_S = 3600
+JOINS_PER_CLASS_PER_MINUTE = env_int("JOINS_PER_CLASS_PER_MINUTE", minimum=1, maximum=100_000)
+CLASS_JOIN_WINDOW_S = 60
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},

@@ -4,7 +4,8 @@ No database and no outside service. The upload form calls ``upload_text`` and sh
 rejection's reason as it is, so every reason is a complete, translated sentence that
 says what to do instead. A PDF is not parsed in the web request: the form keeps its
 bytes and the ingestion worker calls ``pdf_text``, which reads it in a child process
-bounded in pages and time (``PDF_MAX_PAGES``, ``PDF_TIMEOUT_S``).
+bounded in pages, time, memory and text (``PDF_MAX_PAGES``, ``PDF_TIMEOUT_S``,
+``PDF_MEMORY_BYTES``, ``MAX_BYTES`` characters).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ KINDS = ("txt", "md", "pdf")
 ALLOWED_LABEL = ".txt, .md, .pdf"
 # The PDF reader's child process (rag/pdftext.py), run from the project folder.
 PDF_COMMAND: tuple[str, ...] = (sys.executable, "-m", "rag.pdftext")
+# The child's address space: a decompression bomb ends there with MemoryError, never in the worker.
+PDF_MEMORY_BYTES = 2 * 1024**3
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -130,41 +133,66 @@ def _decoded(data: bytes) -> str:
 def pdf_text(data: bytes, *, max_pages: int | None = None, timeout_s: float | None = None) -> str:
     """A PDF's text, read by a child process that is killed after ``timeout_s``.
 
-    More than ``max_pages`` pages, an encrypted or damaged file, no text at all, or
+    More than ``max_pages`` pages, an encrypted or damaged file, no text at all, more text
+    than a text upload may hold (MAX_BYTES characters), a file that inflates past the
+    child's memory (PDF_MEMORY_BYTES) or pypdf's output limits (a decompression bomb), or
     running out of time: ``DocumentRejected`` with the reason. Defaults are the
     ``PDF_MAX_PAGES`` and ``PDF_TIMEOUT_S`` settings.
     """
     max_pages = int(settings.PDF_MAX_PAGES) if max_pages is None else max_pages
     timeout_s = float(settings.PDF_TIMEOUT_S) if timeout_s is None else timeout_s
+    bounds = (str(max_pages), str(MAX_BYTES), str(PDF_MEMORY_BYTES))
     try:
         done = subprocess.run(
-            [*PDF_COMMAND, str(max_pages)],
-            input=data,
-            capture_output=True,
-            timeout=timeout_s,
-            cwd=PROJECT_DIR,
-            check=False,
+            [*PDF_COMMAND, *bounds], input=data, capture_output=True, timeout=timeout_s, cwd=PROJECT_DIR, check=False
         )
     except subprocess.TimeoutExpired:
         raise DocumentRejected(
             _("PDF를 읽는 데 %(seconds)d초가 넘게 걸려 멈췄습니다. 더 작은 PDF로 나누어 올려 주세요.")
             % {"seconds": timeout_s}
         ) from None
+    answer = _child_answer(done)
+    if "text" not in answer:
+        raise _pdf_refusal(answer, max_pages)
+    return _normalized(str(answer["text"]), "pdf")
+
+
+def _child_answer(done: subprocess.CompletedProcess[bytes]) -> dict[str, Any]:
+    """The child's JSON, or an error made from how it ended (out of memory outside pypdf's reach included)."""
     try:
         answer: dict[str, Any] = json.loads(done.stdout)
+        return answer
     except ValueError:
         stderr = done.stderr.decode(errors="replace").strip().splitlines()
-        raise _unreadable_pdf(f"exit code {done.returncode}: {stderr[-1] if stderr else ''}"[:200]) from None
-    if answer.get("error") == "encrypted":
-        raise DocumentRejected(_("암호가 걸린 PDF입니다. 암호를 해제한 PDF를 올려 주세요."))
-    if answer.get("error") == "pages":
-        raise DocumentRejected(
+        last = stderr[-1] if stderr else ""
+        if "MemoryError" in last:
+            return {"error": "too_big", "detail": "MemoryError"}
+        return {"error": "unreadable", "detail": f"exit code {done.returncode}: {last}"[:200]}
+
+
+def _pdf_refusal(answer: dict[str, Any], max_pages: int) -> DocumentRejected:
+    error = answer.get("error")
+    if error == "encrypted":
+        return DocumentRejected(_("암호가 걸린 PDF입니다. 암호를 해제한 PDF를 올려 주세요."))
+    if error == "pages":
+        return DocumentRejected(
             _("PDF가 너무 깁니다 (%(pages)d쪽). 최대 %(limit)d쪽까지 읽습니다. 나누어 올려 주세요.")
             % {"pages": answer.get("pages", 0), "limit": max_pages}
         )
-    if "text" not in answer:
-        raise _unreadable_pdf(str(answer.get("detail", "")))
-    return _normalized(str(answer["text"]), "pdf")
+    if error == "too_big":
+        return DocumentRejected(
+            _(
+                "PDF를 펼치면 너무 커져서 읽기를 멈췄습니다 (메모리 한도 %(mb)d MB). 압축 폭탄처럼 부풀도록 만든 "
+                "파일일 수 있습니다. 다른 프로그램으로 다시 저장하거나 나누어 올려 주세요."
+            )
+            % {"mb": PDF_MEMORY_BYTES // 1024**2}
+        )
+    if error == "text":
+        return DocumentRejected(
+            _("PDF에서 읽은 글자가 너무 많습니다 (%(chars)d자 넘음). 나누어 올려 주세요.")
+            % {"chars": answer.get("chars", MAX_BYTES)}
+        )
+    return _unreadable_pdf(str(answer.get("detail", "")))
 
 
 def _unreadable_pdf(detail: str) -> DocumentRejected:

@@ -1,10 +1,13 @@
-"""A PDF's text, read in a child process: ``python -m rag.pdftext MAX_PAGES`` < file.pdf > JSON.
+"""A PDF's text, read in a child process: ``python -m rag.pdftext MAX_PAGES MAX_CHARS MEMORY_BYTES`` < file.pdf > JSON.
 
 ``rag.documents.pdf_text`` runs this under a timeout and kills it when the time is up,
 so a PDF that keeps pypdf busy (or eats memory) costs one child process, never the
 worker. No Django here: the child starts in a fraction of a second and only parses.
+Its address space is capped at MEMORY_BYTES (a decompression bomb ends in MemoryError),
+and pypdf's own output limits (pypdf.errors.LimitReachedError: a stream, an array of
+streams or a page tree that would inflate past tens of MB) usually stop one long before.
 The answer is one JSON object: ``{"text": ...}`` or ``{"error": "encrypted" | "pages"
-| "unreadable", "pages": n, "detail": ...}``; the parent turns it into the reason.
+| "too_big" | "text" | "unreadable", "pages": n, "detail": ...}``; the parent turns it into the reason.
 """
 
 from __future__ import annotations
@@ -16,11 +19,10 @@ import resource
 import sys
 from typing import Any
 
-MEMORY_LIMIT_BYTES = 2 * 1024**3  # a decompression bomb fails here with MemoryError
 
-
-def extract(data: bytes, *, max_pages: int) -> dict[str, Any]:
+def extract(data: bytes, *, max_pages: int, max_chars: int = 2**62) -> dict[str, Any]:
     from pypdf import PdfReader
+    from pypdf.errors import LimitReachedError
 
     # pypdf reports recoverable damage as log warnings; the outcome decides here.
     logging.getLogger("pypdf").setLevel(logging.ERROR)
@@ -31,19 +33,32 @@ def extract(data: bytes, *, max_pages: int) -> dict[str, Any]:
         pages = len(reader.pages)
         if pages > max_pages:
             return {"error": "pages", "pages": pages}
-        texts = [page.extract_text() or "" for page in reader.pages]
+        return _texts(reader, max_chars)
+    except (LimitReachedError, MemoryError) as exc:  # a decompression bomb, stopped
+        return {"error": "too_big", "detail": type(exc).__name__}
     except Exception as exc:  # pypdf raises many types for one outcome: an unreadable file
         return {"error": "unreadable", "detail": f"{type(exc).__name__}: {exc}"[:200]}
-    return {"text": "\n\n".join(text.strip() for text in texts if text.strip())}
+
+
+def _texts(reader: Any, max_chars: int) -> dict[str, Any]:
+    """Every page's text, stopped as soon as it passes ``max_chars`` (what a text upload may hold)."""
+    texts, total = [], 0
+    for page in reader.pages:
+        text = (page.extract_text() or "").strip()
+        total += len(text)
+        if total > max_chars:
+            return {"error": "text", "chars": max_chars}
+        texts.append(text)
+    return {"text": "\n\n".join(text for text in texts if text)}
 
 
 def main() -> None:
-    max_pages = int(sys.argv[1])
+    max_pages, max_chars, memory_bytes = (int(arg) for arg in sys.argv[1:4])
     _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    if hard == resource.RLIM_INFINITY or hard > MEMORY_LIMIT_BYTES:
-        resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT_BYTES, hard))
+    if hard == resource.RLIM_INFINITY or hard > memory_bytes:
+        resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, hard))
     data = sys.stdin.buffer.read()
-    sys.stdout.write(json.dumps(extract(data, max_pages=max_pages)))
+    sys.stdout.write(json.dumps(extract(data, max_pages=max_pages, max_chars=max_chars)))
 
 
 if __name__ == "__main__":

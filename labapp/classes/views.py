@@ -83,6 +83,9 @@ def class_join(request: HttpRequest) -> HttpResponse:
     if not form.is_valid():
         return render(request, "classes/list.html", _list_context(request, form), status=400)
     assert form.classroom is not None
+    if not roles.is_member(request.user, form.classroom) and (refusal := throttle.join_refusal(form.classroom)):
+        messages.error(request, refusal)
+        return render(request, "classes/list.html", _list_context(request, form), status=429)
     if services.classroom_join(user=request.user, classroom=form.classroom):  # type: ignore[arg-type]
         messages.success(request, _("%(name)s 수업에 들어왔습니다.") % {"name": form.classroom.name})
     else:

@@ -26,13 +26,15 @@ def signup(request: HttpRequest) -> HttpResponse:
     if settings.LAB_MODE != "class":
         raise Http404("sign-up exists only on a class server")
     if request.method == "POST" and (wait_s := throttle.join_code_wait_s(request)):
-        messages.error(request, throttle.join_code_refusal(wait_s))  # nothing is checked or created
-        return render(request, "registration/signup.html", {"form": SignUpForm()}, status=429)
+        # Nothing is checked or created; what was typed comes back (passwords are never shown again).
+        return _signup_refused(request, SignUpForm(initial=request.POST.dict()), throttle.join_code_refusal(wait_s))
     form = SignUpForm(request.POST or None)
     if request.method == "POST" and form.has_error("join_code", code="join_code"):
         throttle.join_code_failed(request)
     elif request.method == "POST" and form.is_valid():
         assert form.classroom is not None
+        if refusal := throttle.signup_refusal(request, form.classroom):
+            return _signup_refused(request, form, refusal)
         user = services.learner_signup(
             username=form.cleaned_data["username"],
             email=form.cleaned_data.get("email") or "",
@@ -43,6 +45,11 @@ def signup(request: HttpRequest) -> HttpResponse:
         messages.success(request, _("%(name)s 수업에 들어왔습니다.") % {"name": form.classroom.name})
         return redirect("lab_list")
     return render(request, "registration/signup.html", {"form": form})
+
+
+def _signup_refused(request: HttpRequest, form: SignUpForm, refusal: str) -> HttpResponse:
+    messages.error(request, refusal)
+    return render(request, "registration/signup.html", {"form": form}, status=429)
 
 
 class SignInView(auth_views.LoginView):

@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -113,7 +114,8 @@ MODELS = (200, "application/json", b'{"object": "list", "data": [{"id": "m", "ma
 
 
 class _Odd(ThreadingHTTPServer):
-    """An HTTP server answering each path as told, ``delay_s`` late; counts requests in flight."""
+    """An HTTP server answering each path as told, ``delay_s`` late; counts requests in flight and keeps
+    every path asked (``seen``)."""
 
     daemon_threads = True
 
@@ -121,6 +123,7 @@ class _Odd(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _OddHandler)
         self.answers, self.delay_s = answers, delay_s
         self.in_flight = self.most_in_flight = 0
+        self.seen: list[str] = []
         self.lock = threading.Lock()
 
     @property
@@ -135,6 +138,7 @@ class _OddHandler(BaseHTTPRequestHandler):
         odd = self.server
         with odd.lock:
             odd.in_flight += 1
+            odd.seen.append(self.path)
             odd.most_in_flight = max(odd.most_in_flight, odd.in_flight)
         time.sleep(odd.delay_s)
         status, kind, body = odd.answers.get(self.path, (404, "text/plain", b"no"))
@@ -211,3 +215,34 @@ def test_every_engine_is_probed_at_once() -> None:
         found = aio.run(engines.probe_all(choices))
     assert [probe.ok for _, probe in found] == [True, True]
     assert odd.most_in_flight == 2  # both engines' first request was waiting at the same time
+
+
+@pytest.mark.django_db
+def test_reloading_the_engines_page_sends_at_most_one_probe_per_engine_per_cache_time(
+    settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ten reloads by a learner, in two languages: each engine's server sees one probe (/health first)
+    until ENGINE_PROBE_CACHE_S has passed, then one more. The server counts what reaches it."""
+    from django.core.cache import cache
+
+    cache.clear()
+    settings.ENGINE_PROBE_CACHE_S = 10
+    now = [1000.0]
+    scripted_time = SimpleNamespace(time=lambda: now[0])  # the cache's clock only: its expiry is what is tested
+    monkeypatch.setattr("django.core.cache.backends.locmem.time", scripted_time)
+    monkeypatch.setattr("django.core.cache.backends.base.time", scripted_time)
+    with _odd(_engine({})) as up, _odd(_engine({"/health": (502, "text/html", b"down")})) as down:
+        Engine.objects.create(name="up", base_url=up.url)
+        Engine.objects.create(name="down", base_url=down.url)
+        learner = _client(User.objects.create(username="reloader"))
+        for n in range(10):
+            learner.cookies["django_language"] = "en" if n % 2 else "ko"
+            page = learner.get("/engines/").content.decode()
+            assert f'data-url="{up.url}" data-ok="true"' in page and f'data-url="{down.url}" data-ok="false"' in page
+        assert "Answered with an error" in page  # a kept reason reads in the reader's language
+        probes = (up.seen.count("/health"), down.seen.count("/health"))
+        assert probes == (1, 1), (up.seen, down.seen)
+        now[0] += settings.ENGINE_PROBE_CACHE_S
+        learner.get("/engines/")
+        assert (up.seen.count("/health"), down.seen.count("/health")) == (2, 2)
+    cache.clear()

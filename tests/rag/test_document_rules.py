@@ -12,13 +12,11 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.core.files.uploadedfile import SimpleUploadedFile
-from django.db import transaction
 from django.test import Client
 from django.utils import timezone
 
-from labapp.classes import services as class_services
 from labapp.models import Classroom, Membership
-from rag import documents, services, vectorstore
+from rag import documents, services
 from rag.access import user_collection_name
 from rag.documents import MAX_BYTES, DocumentRejected
 from rag.models import Document
@@ -27,39 +25,6 @@ from tests.rag.test_documents import KOREAN_MD, minimal_pdf
 pytestmark = pytest.mark.django_db
 
 NAME_TAKEN = "다른 사람이 올린 같은 이름의 파일"
-
-
-@pytest.fixture
-def enqueued(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Document ids handed to the Celery worker.
-
-    On-commit callbacks run at once here (a test's transaction never commits), so "nothing
-    was sent" is a real check; that the task is sent only after the commit is
-    test_documents' test_an_upload_is_saved_and_queued_after_commit.
-    """
-    from rag import tasks
-
-    sent: list[int] = []
-    monkeypatch.setattr(tasks.document_ingest, "delay", sent.append)
-    monkeypatch.setattr(transaction, "on_commit", lambda callback, using=None, robust=False: callback())
-    return sent
-
-
-@pytest.fixture
-def instructor() -> User:
-    return User.objects.create_user(username="inst")
-
-
-@pytest.fixture
-def room(instructor: User) -> Classroom:
-    return class_services.classroom_create(name="A", instructor=instructor)
-
-
-@pytest.fixture
-def learner(room: Classroom) -> User:
-    user = User.objects.create_user(username="learner")
-    Membership.objects.create(classroom=room, user=user)
-    return user
 
 
 def client_for(user: User) -> Client:
@@ -218,20 +183,6 @@ def test_an_upload_past_the_size_quota_is_refused(learner: User, settings: Any, 
 
 
 # --- PDFs: stored by the request, read by the worker within pages and time ---------------------
-
-
-@pytest.fixture
-def no_indexing(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Texts the ingestion would chunk and embed (no Chroma, no model)."""
-    texts: list[str] = []
-    monkeypatch.setattr(vectorstore, "delete_where", lambda name, where: None)
-
-    def index(**kwargs: Any) -> tuple[bool, int]:
-        texts.append(kwargs["text"])
-        return True, 1
-
-    monkeypatch.setattr(services, "source_index", index)
-    return texts
 
 
 def test_a_pdf_is_stored_unread_by_the_request_and_read_by_the_worker(

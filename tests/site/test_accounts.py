@@ -20,7 +20,7 @@ from django.contrib.auth.models import User
 from django.contrib.sessions.models import Session
 from django.core.cache import cache
 from django.core.files.uploadedfile import SimpleUploadedFile
-from django.test import AsyncClient, Client
+from django.test import AsyncClient, Client, RequestFactory
 from django.urls import reverse
 
 from bench.models import BenchJob
@@ -266,8 +266,7 @@ def test_a_right_password_clears_the_count_of_wrong_ones(world: World) -> None:
 
 
 def _signup(client: Client, code: str, username: str) -> Any:
-    form = {"join_code": code, "username": username, "email": "", "password1": PASSWORD, "password2": PASSWORD}
-    return client.post("/accounts/signup/", form)
+    return client.post("/accounts/signup/", _signup_form(code, username))
 
 
 def test_wrong_join_codes_from_one_address_stop_its_sign_ups_for_a_while(
@@ -289,6 +288,72 @@ def test_wrong_join_codes_from_one_address_stop_its_sign_ups_for_a_while(
     assert _signup(Client(REMOTE_ADDR="10.0.0.5"), world.room_a.join_code, "neighbour").status_code == 302
     now[0] += settings.JOIN_CODE_FAILURE_WINDOW_S
     assert _signup(guesser, world.room_a.join_code, "guesser").status_code == 302
+
+
+def _scripted_clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    now = [1000.0]
+    monkeypatch.setattr(throttle, "clock", lambda: now[0])
+    return now
+
+
+def test_one_address_makes_at_most_its_accounts_an_hour_and_the_form_keeps_what_was_typed(
+    world: World, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings.SIGNUPS_PER_ADDRESS_PER_HOUR = 3
+    now = _scripted_clock(monkeypatch)
+    one_address = Client(REMOTE_ADDR="10.0.1.1")
+    for n in range(3):
+        assert _signup(one_address, world.room_a.join_code, f"nat{n}").status_code == 302
+        one_address.post("/accounts/logout/")
+    refused = _signup(one_address, world.room_b.join_code, "nat3")  # another class: still this address
+    page = refused.content.decode()
+    assert refused.status_code == 429 and "한 시간에 3개까지" in page and "60분 뒤에" in page
+    assert 'value="nat3"' in page and f'value="{world.room_b.join_code}"' in page  # nothing typed is lost
+    assert not User.objects.filter(username="nat3").exists()
+    english = Client(REMOTE_ADDR="10.0.1.1")
+    english.cookies["django_language"] = "en"
+    message = english.post("/accounts/signup/", _signup_form(world.room_b.join_code, "nat3"), HTTP_ACCEPT_LANGUAGE="en")
+    assert "new accounts" in message.content.decode() and "네트워크 주소" not in message.content.decode()
+    assert _signup(Client(REMOTE_ADDR="10.0.1.2"), world.room_a.join_code, "elsewhere").status_code == 302
+    now[0] += settings.SIGNUP_ADDRESS_WINDOW_S
+    assert _signup(one_address, world.room_b.join_code, "nat3").status_code == 302
+
+
+def test_a_class_takes_at_most_its_new_members_a_minute_from_any_addresses(
+    world: World, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings.JOINS_PER_CLASS_PER_MINUTE = 2
+    now = _scripted_clock(monkeypatch)
+    for n in range(2):
+        assert _signup(Client(REMOTE_ADDR=f"10.0.2.{n}"), world.room_b.join_code, f"b{n}").status_code == 302
+    refused = _signup(Client(REMOTE_ADDR="10.0.2.9"), world.room_b.join_code, "b9")
+    assert refused.status_code == 429 and "1분에 2명까지" in refused.content.decode()
+    assert not User.objects.filter(username="b9").exists()
+    joiner = world.client("learner")  # an existing account joining counts as a new member too
+    assert joiner.post("/classes/join/", {"join_code": world.room_b.join_code}).status_code == 429
+    assert not Membership.objects.filter(user=world.learner, classroom=world.room_b).exists()
+    already = world.client("learner")  # a member re-entering the code is no new member: not refused
+    assert already.post("/classes/join/", {"join_code": world.room_a.join_code}).status_code == 302
+    assert _signup(Client(REMOTE_ADDR="10.0.2.9"), world.room_a.join_code, "a9").status_code == 302  # per class
+    now[0] += settings.CLASS_JOIN_WINDOW_S
+    assert joiner.post("/classes/join/", {"join_code": world.room_b.join_code}).status_code == 302
+    assert Membership.objects.filter(user=world.learner, classroom=world.room_b).exists()
+
+
+def test_the_default_limits_let_a_class_of_300_behind_one_address_join_in_a_lecture(
+    world: World, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """300 sign-ups from one NAT address over five minutes (one a second): none refused by the defaults."""
+    now = _scripted_clock(monkeypatch)
+    request = RequestFactory().post("/accounts/signup/", REMOTE_ADDR="10.0.3.1")
+    for _n in range(300):
+        assert throttle.signup_refusal(request, world.room_a) is None
+        now[0] += 1.0
+    assert settings.SIGNUPS_PER_ADDRESS_PER_HOUR >= 300 and settings.JOINS_PER_CLASS_PER_MINUTE >= 60
+
+
+def _signup_form(code: str, username: str) -> dict[str, str]:
+    return {"join_code": code, "username": username, "email": "", "password1": PASSWORD, "password2": PASSWORD}
 
 
 # --- a roster's passwords stay out of the session ----------------------------------------
