@@ -258,3 +258,17 @@ def test_scrubbed_data_reaches_every_string_in_an_export() -> None:
     data = {"error": ERROR, "cells": [{"requests": [{"error": ERROR, "ttft": 0.1}]}], "n": 3, "ok": None}
     clean = addresses.scrubbed_data(data)
     assert PASSWORD not in repr(clean) and clean["n"] == 3 and clean["cells"][0]["requests"][0]["ttft"] == 0.1
+
+
+def test_the_supervisor_and_the_perf_table_name_external_servers_without_credentials(settings: Any) -> None:
+    from labapp.ops import perf
+    from labapp.ops.stack import components
+
+    settings.REDIS_EMBEDDED = settings.CHROMA_EMBEDDED = settings.VLLM_EMBEDDED = False
+    settings.REDIS_URL = f"redis://:{PASSWORD}@cache:6379/0"
+    settings.CHROMA_URL = f"http://{USER}:{PASSWORD}@chroma:8100"
+    settings.VLLM_BASE_URL = CONFIGURED_URL
+    said = [c.external or "" for c in (components.redis(), components.chroma(), components.engine())]
+    said.append(perf.machine_line())
+    assert "redis://cache:6379/0" in said[0] and "127.0.0.1:9" in said[3]  # each still named
+    assert not [line for line in said if PASSWORD in line or f"{USER}:" in line], said
