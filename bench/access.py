@@ -15,8 +15,10 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import QuerySet
 from django.http import Http404
 
+from bench import engines
 from bench.models import BenchJob, Engine
 from labapp.access import AnyUser, may_remove_engine, may_view_learner
+from labapp.request_numbers import whole
 
 
 def owns(user: AnyUser, job: BenchJob) -> bool:
@@ -71,6 +73,18 @@ def engine_for(user: AnyUser, engine_id: int) -> Engine:
     if engine is None or not may_remove_engine(user, engine.added_by_id):
         raise Http404("engine not found")
     return engine
+
+
+def engine_to_pick(user: AnyUser, key: str) -> engines.Choice | None:
+    """The engine a signed-in user picks by its key on the engines page (a registered engine's id,
+    or ``engines.CONFIGURED``), or None: an engine no longer there, or a key that names none. The
+    page posts keys, never addresses, which may carry credentials."""
+    if not user.is_authenticated:
+        return None
+    wanted = None if key == engines.CONFIGURED else whole(key, low=1)
+    if wanted is None and key != engines.CONFIGURED:
+        return None
+    return next((c for c in engines.choices() if c.id == wanted), None)
 
 
 def removable_engines(user: AnyUser) -> list[Engine]:

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 
 from django.conf import settings
 
+from labapp import addresses
+
 if TYPE_CHECKING:
     from redis.lock import Lock
 
@@ -65,9 +67,9 @@ def engine_lock(engine_url: str, *, hold_s: int = ENGINE_LOCK_S) -> Iterator[Eng
     try:
         acquired = lock.acquire(blocking=False)
     except redis.RedisError as exc:
-        raise EngineBusy(f"{engine_url} (Redis: {exc})") from exc
+        raise EngineBusy(addresses.scrubbed(f"{addresses.shown(engine_url)} (Redis: {exc})")) from exc
     if not acquired:
-        raise EngineBusy(engine_url)
+        raise EngineBusy(addresses.shown(engine_url))
     token = bytes(lock.local.token).decode()  # a hex UUID: the same bytes when encoded back
     try:
         yield EngineLease(lock, token)

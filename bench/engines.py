@@ -19,23 +19,33 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from bench.models import Engine
+from labapp import addresses
 from rag.vllm import client as vllm_client
 
 SESSION_KEY = "engine_url"
 
 
+CONFIGURED = "default"  # the configured engine's key on the engines page (it has no row, so no id)
+
+
 @dataclass(frozen=True)
 class Choice:
-    url: str
+    url: str  # may carry credentials: shown only through labapp.addresses, posted never
     name: str
     hardware: str = ""
     model: str = ""
     configured: bool = False
+    id: int | None = None  # the registered engine's row
+
+    @property
+    def key(self) -> str:
+        """What the page posts to pick this engine: its id, or CONFIGURED; never its address."""
+        return CONFIGURED if self.id is None else str(self.id)
 
 
 def choices() -> list[Choice]:
     default = Choice(vllm_client.base_url(), _("기본 엔진"), configured=True)
-    rows = [Choice(e.base_url, e.name, e.hardware, e.model) for e in Engine.objects.all()]
+    rows = [Choice(e.base_url, e.name, e.hardware, e.model, id=e.pk) for e in Engine.objects.all()]
     return [default] + [c for c in rows if c.url != default.url]
 
 
@@ -48,7 +58,8 @@ def chosen_url(session: Any, options: list[Choice] | None = None) -> str:
 
 
 def name_of(url: str) -> str:
-    return next((c.name for c in choices() if c.url == url), url)
+    """The engine's name, or (for one no longer registered) its address as a reader may see it."""
+    return next((c.name for c in choices() if c.url == url), addresses.shown(url))
 
 
 class EngineError(ValueError):

@@ -15,6 +15,7 @@ from typing import Any, TextIO
 from bench import runner
 from bench.kinds import registry
 from bench.metrics import summarize
+from labapp import addresses
 from labapp.csvcells import csv_safe
 from rag.vllm.records import RequestRecord
 
@@ -210,7 +211,10 @@ def _record(request: dict[str, Any]) -> RequestRecord:
 
 
 def job_json(job: Any, *, model: str = "") -> dict[str, Any]:
-    """A job: its row, its results, and per cell a vllm-bench-shaped run under "benchmarks"."""
+    """A job: its row, its results, and per cell a vllm-bench-shaped run under "benchmarks".
+
+    Its address and every text in it (errors saved before they were scrubbed) are as a reader
+    may see them (``labapp.addresses``)."""
     benchmarks = []
     job_kind = registry.find(job.kind)
     sequential = job_kind is None or job_kind.sequential  # one request at a time: a concurrency of 1
@@ -230,15 +234,16 @@ def job_json(job: Any, *, model: str = "") -> dict[str, Any]:
                 extra={"cell": cell_name(job.kind, cell)} | {k: v for k, v in cell.items() if k.startswith("ci_")},
             )
         )
-    return {
+    data = {
         "id": job.pk,
         "kind": job.kind,
         "status": job.status,
         "error": job.error,
         "config": job.config,
-        "engine_url": job.engine_url,
+        "engine_url": addresses.shown(job.engine_url),
         "created_at": job.created_at.isoformat() if job.created_at else None,
         "results": job.results,
         "benchmarks": benchmarks,
         "engine_timeline": engine_timeline_json(job.kind, job.results or {}),
     }
+    return dict(addresses.scrubbed_data(data))

@@ -22,6 +22,7 @@ from django.utils.translation import gettext_noop
 from bench import kinds, reaper
 from bench.engine_lock import EngineBusy, EngineLease
 from bench.models import BenchJob, error_fields
+from labapp import addresses
 from rag.vllm import client as vllm_client
 
 logger = logging.getLogger(__name__)
@@ -246,7 +247,7 @@ class JobRun:
                 limit=JOB_TIME_LIMIT_S,
             )
         else:  # the exception's own words (technical, in English), as every log has them
-            error = {"error": f"{type(exc).__name__}: {exc}"[:2000], "error_text": {}}
+            error = {"error": addresses.scrubbed(f"{type(exc).__name__}: {exc}")[:2000], "error_text": {}}
         fields: dict[str, Any] = {"status": BenchJob.Status.FAILED, **error}
         partial = getattr(exc, "partial_results", None)
         if isinstance(partial, dict):

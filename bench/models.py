@@ -9,6 +9,8 @@ from django.utils import translation
 from django.utils.choices import BaseChoiceIterator
 from django.utils.translation import gettext_lazy as _
 
+from labapp import addresses
+
 if TYPE_CHECKING:
     from bench.kinds.registry import JobKind
 
@@ -72,14 +74,15 @@ class BenchJob(models.Model):
 
     @property
     def error_shown(self) -> str:
-        """The error in the reader's language when it is one of ours, else as written."""
+        """The error in the reader's language when it is one of ours, else as written; either way
+        without an address's credentials (a row saved before they were scrubbed at the save)."""
         msgid = self.error_text.get("msgid") if isinstance(self.error_text, dict) else None
         if msgid:
             try:
-                return str(translation.gettext(msgid) % (self.error_text.get("params") or {}))
+                return addresses.scrubbed(str(translation.gettext(msgid) % (self.error_text.get("params") or {})))
             except (KeyError, TypeError, ValueError):
                 pass  # a catalog that no longer matches the saved parameters: the text as written
-        return self.error
+        return addresses.scrubbed(self.error)
 
     @property
     def progress_percent(self) -> int:
@@ -128,7 +131,9 @@ class Engine(models.Model):
 
 def error_fields(msgid: str, **params: Any) -> dict[str, Any]:
     """The fields of a job's error made from one of our messages (marked with gettext_noop):
-    ``error`` in the site's language, and ``error_text`` to word it for each reader."""
+    ``error`` in the site's language, and ``error_text`` to word it for each reader; a text among
+    ``params`` (an engine's error) without an address's credentials."""
+    params = {key: addresses.scrubbed(value) if isinstance(value, str) else value for key, value in params.items()}
     with translation.override(settings.LANGUAGE_CODE):
         text = translation.gettext(msgid) % params if params else translation.gettext(msgid)
     return {"error": text[:2000], "error_text": {"msgid": msgid, "params": params}}

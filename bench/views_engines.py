@@ -31,12 +31,12 @@ def engine_list(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def engine_pick(request: HttpRequest) -> HttpResponse:
-    url = request.POST.get("url", "")
-    if url not in {c.url for c in engines.choices()}:
+    choice = access.engine_to_pick(request.user, request.POST.get("engine", ""))
+    if choice is None:
         messages.error(request, _("등록되지 않은 엔진입니다."))
     else:
-        request.session[engines.SESSION_KEY] = url
-        messages.success(request, _("이제 내 실행은 %(name)s 엔진을 씁니다.") % {"name": engines.name_of(url)})
+        request.session[engines.SESSION_KEY] = choice.url  # kept on the server, never sent back
+        messages.success(request, _("이제 내 실행은 %(name)s 엔진을 씁니다.") % {"name": choice.name})
     return redirect("engine_list")
 
 

@@ -8,6 +8,8 @@ from typing import Any
 
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
+from labapp import addresses
+
 
 class PingConsumer(AsyncJsonWebsocketConsumer):
     """Measures the browser ↔ Daphne ↔ Redis channel layer round trip.
@@ -42,7 +44,10 @@ class PingConsumer(AsyncJsonWebsocketConsumer):
             except Exception as exc:  # Redis down: say so on the socket instead of dropping it
                 # Once more first: after Redis restarts, the layer's pooled connection fails once.
                 if attempt == 2:
-                    await self.send_json({"type": "error", "error": f"channel layer (Redis) unavailable: {exc}"})
+                    said = addresses.scrubbed(
+                        f"channel layer (Redis) unavailable: {exc}"
+                    )  # REDIS_URL may hold a password
+                    await self.send_json({"type": "error", "error": said})
 
     async def echo_pong(self, event: dict[str, Any]) -> None:
         await self.send_json(

@@ -15,10 +15,10 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 from django.utils.translation import gettext as _
 
+from labapp import addresses
 from rag import answer_guard, plaintext, prompting, retrieval
 from rag.access import CollectionRef
 from rag.estimator import gen_seconds
@@ -54,21 +54,7 @@ class Engine:
 
     def shown(self) -> dict[str, str]:
         """Name and address for the answer card, never with the address's credentials."""
-        return {"name": self.name, "url": public_url(self.base_url)}
-
-
-def public_url(url: str) -> str:
-    """``url`` without a user name, password, query or fragment (what a learner may read)."""
-    try:
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-        port = parts.port
-    except ValueError:
-        return ""
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = host if port is None else f"{host}:{port}"
-    return f"{parts.scheme}://{netloc}{parts.path}".rstrip("/") if parts.scheme else ""
+        return {"name": self.name, "url": addresses.shown(self.base_url)}
 
 
 @dataclass

@@ -12,6 +12,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from labapp import addresses
 from rag import access
 from rag.chat import AnswerRun
 from rag.models import Answer, Conversation
@@ -127,7 +128,7 @@ def answer_finish(*, answer_id: int, run: AnswerRun, status: Answer.Status) -> A
     answer.status = status
     answer.text = run.record.generated_text
     answer.prompt = run.prompt.text if run.prompt else ""
-    answer.error = run.error
+    answer.error = addresses.scrubbed(run.error)  # an engine's error names it: never with its credentials
     answer.sources = run.sources
     answer.timings = run.timings() | {"notices": run.notices}
     answer.save(update_fields=["status", "text", "prompt", "error", "sources", "timings"])
@@ -163,7 +164,7 @@ def answer_payload(answer: Answer) -> dict[str, Any]:
         "settings": answer.settings,
         "text": answer.text,
         "status": answer.status,
-        "error": answer.error,
+        "error": addresses.scrubbed(answer.error),  # and an answer saved before that rule
         "sources": answer.sources,
         "timings": answer.timings,
         "prompt": answer.prompt,

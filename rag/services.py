@@ -20,6 +20,7 @@ from django.db.models import Count, QuerySet, Sum
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from labapp import addresses
 from rag import access, chunking, documents, embeddings, retrieval, vectorstore
 from rag.documents import DocumentRejected
 from rag.models import CHAPTER_COLLECTION as CHAPTER_COLLECTION  # defined with the models, used from here
@@ -264,7 +265,9 @@ def document_ingest(*, document: Document, sizes: tuple[int, ...] = chunking.CHU
             _source_remove(collection=document.collection, source=document.source)
         except Exception as cleanup:  # Chroma is down: the next ingestion replaces what is left
             reason += f" (cleanup failed: {type(cleanup).__name__}: {cleanup})"
-        current.update(status=Document.Status.FAILED, progress=0, error=reason[:2000], chunk_counts={})
+        # An embedding server's or Chroma's error names its address: saved without its credentials.
+        reason = addresses.scrubbed(reason)[:2000]
+        current.update(status=Document.Status.FAILED, progress=0, error=reason, chunk_counts={})
     return _document_refreshed(document)
 
 
@@ -325,7 +328,8 @@ def documents_reap_stale() -> int:
         try:
             _source_remove(collection=document.collection, source=document.source)
         except vectorstore.RetrievalUnavailable as exc:  # the next ingestion replaces what is left
-            Document.objects.filter(pk=document.pk).update(error=f"{reason} (cleanup failed: {exc})"[:2000])
+            failed = addresses.scrubbed(f"{reason} (cleanup failed: {exc})")
+            Document.objects.filter(pk=document.pk).update(error=failed[:2000])
     return reaped
 
 

@@ -24,6 +24,8 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 
+from labapp import addresses
+
 if TYPE_CHECKING:
     from chromadb.api import ClientAPI
     from chromadb.api.models.Collection import Collection
@@ -34,7 +36,11 @@ _client: ClientAPI | None = None
 
 
 class RetrievalUnavailable(RuntimeError):
-    """Chroma could not be reached; callers say "retrieval unavailable"."""
+    """Chroma could not be reached; callers say "retrieval unavailable" (and the message, which
+    names Chroma's address, never with its credentials)."""
+
+    def __init__(self, message: object = "") -> None:
+        super().__init__(addresses.scrubbed(str(message)))
 
 
 def client() -> ClientAPI:

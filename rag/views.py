@@ -10,6 +10,7 @@ from django.shortcuts import render
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET
 
+from labapp import addresses
 from rag import access, conversations, prompting, vectorstore
 from rag.chunking import CHUNK_SIZES
 from rag.models import Conversation
@@ -228,7 +229,7 @@ def passage(request: HttpRequest) -> HttpResponse:
     try:
         found = vectorstore.get_ids(ref.name, [chunk_id]) if chunk_id else []
     except vectorstore.RetrievalUnavailable as exc:
-        found, error = [], str(exc)
+        found, error = [], addresses.scrubbed(str(exc))
     if found:
         hit = found[0]
     elif not error:

@@ -18,6 +18,7 @@ from django.utils.translation import get_language, gettext_lazy
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
+from labapp import addresses
 from rag import chunking, retrieval, services
 from rag.access import (
     CollectionRef,
@@ -183,7 +184,7 @@ def document_preview(request: HttpRequest, document_id: int) -> HttpResponse:
             model = vllm_client.model_name()
             counts = list(async_to_sync(vllm_client.count_tokens)([c.text for c in shown], model=model))
         except vllm_client.EngineUnavailable as exc:
-            token_error = str(exc)
+            token_error = addresses.scrubbed(str(exc))
     rows = [PreviewChunk(c.index, c.start, c.end, c.text, n) for c, n in zip(shown, counts, strict=True)]
     context = {
         "document": document,
@@ -250,6 +251,6 @@ def retrieval_test(request: HttpRequest) -> HttpResponse:
                     mode=cast(retrieval.Mode, data["mode"]),
                 )
             except RetrievalUnavailable as exc:
-                error = str(exc)
+                error = addresses.scrubbed(str(exc))
     context = {"form": form, "result": result, "error": error, "empty": empty, "collection": ref}
     return render(request, "rag/retrieval.html", context)

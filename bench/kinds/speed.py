@@ -20,6 +20,7 @@ from bench.kinds.labs import Estimate, KeyNumber, Lab, Target, measured_at, show
 from bench.kinds.registry import Field, Runs
 from bench.kinds.session import Shape, measure_shapes
 from bench.reporting import Reporter
+from labapp import addresses
 from labapp.said import gettext as _
 from rag.estimator import gen_seconds
 
@@ -273,13 +274,14 @@ SpeedPoints = dict[str, list[tuple[str, float | None, float | None]]]
 
 
 def class_points(latest: list[tuple[str, str, dict[str, Any]]]) -> SpeedPoints:
-    """engine URL → [(username, prefill tok/s, decode tok/s)] from each learner's latest probe."""
+    """engine address (as shown: no credentials) → [(username, prefill tok/s, decode tok/s)] from each
+    learner's latest probe."""
     out: SpeedPoints = {}
     for username, engine_url, results in latest:
         prefill, decode = number(results.get("prefill_speed")), number(results.get("decode_speed"))
         if prefill is None and decode is None:
             continue
-        out.setdefault(engine_url or "?", []).append((username, prefill, decode))
+        out.setdefault(addresses.shown(engine_url) or "?", []).append((username, prefill, decode))
     return out
 
 

@@ -25,6 +25,7 @@ import django
 from django.conf import settings
 from django.core.management import call_command
 
+from labapp import addresses
 from labapp.ops.report import markdown, save
 from labapp.ops.stack import launch
 from labapp.ops.stack.components import cpu_has_fast_bf16, engine_dtype, served_model
@@ -274,7 +275,9 @@ def machine_line() -> str:
     the embedding backend and the date."""
     cpu = "avx512_bf16 or AMX" if cpu_has_fast_bf16() else "AVX2, no fast bf16"
     engine = (
-        f"embedded {served_model()} in {engine_dtype(gpu=False)}" if settings.VLLM_EMBEDDED else settings.VLLM_BASE_URL
+        f"embedded {served_model()} in {engine_dtype(gpu=False)}"
+        if settings.VLLM_EMBEDDED
+        else addresses.shown(settings.VLLM_BASE_URL)  # a table that lands in the docs: no credentials
     )
     return (
         f"Measured {datetime.now():%Y-%m-%d} on {os.cpu_count()} cores ({cpu}); engine: {engine}; "

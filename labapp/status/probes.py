@@ -4,7 +4,7 @@ Each probe runs in its own thread with a deadline, so a dead or hanging
 component turns red with its error instead of stalling the page. The results are
 kept STATUS_CACHE_S seconds in Django's cache: however many visitors reload the
 page, the engine, the worker and the embedding model are asked once in that time.
-Any URL in a detail or an error is shown without its credentials. A component that is down is
+Any URL in a detail or an error is shown without its credentials (``labapp.addresses``). A component that is down is
 described in words (``failures``), never by its exception, which goes to the server log; one that the
 stack supervisor started and that has not answered yet reads "starting", with the time left
 (``labapp.starts``).
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -30,7 +29,7 @@ from django.db import connection
 from django.utils.functional import Promise
 from django.utils.translation import gettext_lazy as _
 
-from labapp import starts
+from labapp import addresses, starts
 from labapp.status import failures
 
 StrOrPromise = str | Promise
@@ -215,14 +214,6 @@ def _describe(exc: BaseException) -> str:
     return str(exc) if isinstance(exc, TimeoutError) else f"{type(exc).__name__}: {exc}"
 
 
-_CREDENTIALS = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*://)[^/?#\s]*@")
-
-
-def without_credentials(text: str) -> str:
-    """``text`` with every URL's ``user:password@`` taken out (``redis://:secret@host`` -> ``redis://host``)."""
-    return _CREDENTIALS.sub(r"\g<scheme>", text)
-
-
 CACHE_KEY, DOWN_KEY = "status:components", "status:down"
 _probing = threading.Lock()  # a reload storm waits for the check under way instead of starting its own
 
@@ -250,8 +241,8 @@ def _in_language(found: ComponentStatus, probe: ComponentProbe | None) -> Compon
 def _failed(probe: ComponentProbe, exc: BaseException) -> ComponentStatus:
     """A probe that did not answer: starting when the supervisor started it and it has not answered yet,
     else down, for a reason in words; the exception goes to the log (and admins' JSON)."""
-    error = without_credentials(_describe(exc))
-    where = {"url": without_credentials(str(probe.where()))} if probe.where is not None else {}
+    error = addresses.scrubbed(_describe(exc))
+    where = {"url": addresses.scrubbed(str(probe.where()))} if probe.where is not None else {}
     start = starts.read(probe.stack_name) if probe.stack_name else None
     if start is not None and start.starting():
         found = ComponentStatus(probe.key, str(probe.label), False, details=where, error=error, state=State.STARTING)
@@ -279,7 +270,7 @@ def _probe_all() -> list[ComponentStatus]:
             results.append(_failed(probe, outcome))
         else:
             details, ms = outcome
-            shown = {name: without_credentials(value) for name, value in details.items()}
+            shown = {name: addresses.scrubbed(value) for name, value in details.items()}
             results.append(ComponentStatus(probe.key, str(probe.label), True, round(ms, 1), shown))
     cache.set(DOWN_KEY, [s for s in results if not s.ok], 60)
     return results

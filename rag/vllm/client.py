@@ -24,6 +24,7 @@ import httpx
 from django.conf import settings
 from httpx_aiohttp import AiohttpTransport
 
+from labapp import addresses
 from rag.vllm.records import RequestRecord, apply_chunk
 
 OnText = Callable[[str, RequestRecord], Awaitable[None]]
@@ -43,7 +44,7 @@ class EngineUnavailable(RuntimeError):
     """
 
     def __init__(self, message: str, *, reason: Failure = "unreachable", detail: str = "") -> None:
-        super().__init__(message)
+        super().__init__(addresses.scrubbed(message))  # it names the engine: never with its credentials
         self.reason: Failure = reason
         self.detail = detail[:120]
 
@@ -535,9 +536,11 @@ async def _stream(
                 if answered or attempt == 2 or not issubclass(_as_httpx(exc), _DROPPED):
                     raise
     except (httpx.HTTPError, json.JSONDecodeError) as exc:
-        record.error = f"{explain(exc)} (vLLM at {base_url()})"
+        record.error = f"{explain(exc)} (vLLM at {http.base_url})"
     finally:
         record.t_end = time.perf_counter()
+    if record.error:  # saved with the job's results and shown: never with an address's credentials
+        record.error = addresses.scrubbed(record.error)
     return record
 
 

@@ -75,12 +75,13 @@ def test_admins_and_instructors_add_engines_and_remove_only_their_own_or_as_admi
 
 @pytest.mark.django_db
 def test_a_learners_pick_goes_with_their_jobs_and_lab_runs(fake: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    Engine.objects.create(name="scripted", base_url=fake, hardware="test")
+    engine = Engine.objects.create(name="scripted", base_url=fake, hardware="test")
     learner = User.objects.create(username="picker")
     client = _client(learner)
-    assert client.post("/engines/pick/", {"url": "http://not-registered"}, follow=True).status_code == 200
+    assert client.post("/engines/pick/", {"engine": str(engine.pk + 1)}, follow=True).status_code == 200
+    assert client.post("/engines/pick/", {"url": fake}, follow=True).status_code == 200  # an address is no key
     assert client.session.get("engine_url") is None
-    client.post("/engines/pick/", {"url": fake})
+    client.post("/engines/pick/", {"engine": str(engine.pk)})
     assert "scripted" in client.get("/bench/").content.decode()
     made: list[dict[str, Any]] = []
 

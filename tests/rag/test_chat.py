@@ -340,10 +340,10 @@ def test_the_chat_answers_on_the_engine_picked_on_the_engines_page_and_the_card_
     with scripted.serve(other) as other_url:
         secret_url = other_url.replace("http://", "http://tutor:s3cret@")  # an address with credentials
         learner = User.objects.get_or_create(username="picker")[0]
-        Engine.objects.create(name="GPU 상자", base_url=secret_url, added_by=learner)
+        engine = Engine.objects.create(name="GPU 상자", base_url=secret_url, added_by=learner)
         client = Client()
         client.force_login(learner)
-        assert client.post("/engines/pick/", {"url": secret_url}).status_code == 302
+        assert client.post("/engines/pick/", {"engine": str(engine.pk)}).status_code == 302
         assert client.session[engines.SESSION_KEY] == secret_url
         BenchJob.objects.create(
             owner=learner, kind="speed", lab=1, status="done", engine_url=secret_url,

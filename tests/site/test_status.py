@@ -133,20 +133,6 @@ def test_with_no_cache_window_every_request_probes(calls: list[str], settings: A
     assert calls == ["database", "database"]
 
 
-@pytest.mark.parametrize(
-    ("text", "shown"),
-    [
-        ("redis://:s3cret@127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
-        ("postgres://lab:pw@db:5432/lab", "postgres://db:5432/lab"),
-        ("http://u:p@ss@h:1/x?next=a@b", "http://h:1/x?next=a@b"),  # up to the host's @, not the query's
-        ("broker (redis://u@r:1/0) and http://plain:8000/", "broker (redis://r:1/0) and http://plain:8000/"),
-        ("no URL: celery@worker-7", "no URL: celery@worker-7"),
-    ],
-)
-def test_without_credentials_takes_user_and_password_out_of_every_url(text: str, shown: str) -> None:
-    assert status.without_credentials(text) == shown
-
-
 def test_status_details_are_for_admins_on_a_class_server_and_for_everyone_locally(settings: Any) -> None:
     learner, admin = User.objects.create(username="l"), User.objects.create(username="a", is_superuser=True)
     settings.LAB_MODE = "class"

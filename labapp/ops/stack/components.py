@@ -18,6 +18,8 @@ from pathlib import Path
 import httpx
 from django.conf import settings
 
+from labapp import addresses
+
 ROOT = Path(__file__).resolve().parents[3]
 CONVERT_SCRIPT = Path(__file__).resolve().with_name("convert_model.py")  # run by the engine's Python
 VENV_BIN = Path(sys.executable).parent
@@ -95,7 +97,7 @@ def redis() -> Component:
             "yes",
         ],
         port=port,
-        external=None if settings.REDIS_EMBEDDED else f"REDIS_URL={settings.REDIS_URL}",
+        external=None if settings.REDIS_EMBEDDED else f"REDIS_URL={addresses.shown(settings.REDIS_URL)}",
         ready=ready,
     )
 
@@ -165,7 +167,7 @@ def chroma() -> Component:
         name="chroma",
         command=[str(VENV_BIN / "chroma"), "run", str(chroma_config_path())],
         port=port,
-        external=None if settings.CHROMA_EMBEDDED else f"CHROMA_URL={settings.CHROMA_URL}",
+        external=None if settings.CHROMA_EMBEDDED else f"CHROMA_URL={addresses.shown(settings.CHROMA_URL)}",
         prepare=_write_chroma_config,
         ready=lambda: _http_ok(f"{settings.CHROMA_URL}/api/v2/heartbeat"),
     )
@@ -292,7 +294,7 @@ def engine() -> Component:
         ],
         port=port,
         env=env,
-        external=None if settings.VLLM_EMBEDDED else f"VLLM_BASE_URL={settings.VLLM_BASE_URL}",
+        external=None if settings.VLLM_EMBEDDED else f"VLLM_BASE_URL={addresses.shown(settings.VLLM_BASE_URL)}",
         ready=ready,
         prepare=None if settings.VLLM_MODEL else convert_embedded_model,
         ready_timeout_s=900.0,
