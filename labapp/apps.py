@@ -6,4 +6,4 @@ class LabappConfig(AppConfig):
     verbose_name = "vLLM Serving Lab"
 
     def ready(self) -> None:
-        from labapp import sockets  # noqa: F401 - connects the sign-out signal that closes open sockets
+        from labapp import session_ends, sockets  # noqa: F401 - connect the signals that end sessions and sockets
