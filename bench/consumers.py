@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -13,6 +14,7 @@ from bench import access
 from labapp import sockets
 
 CLOSE_NOT_FOUND = 4404
+RECHECK_PUSH_S = 1.0
 
 
 def group_name(job_id: int) -> str:
@@ -20,6 +22,9 @@ def group_name(job_id: int) -> str:
 
 
 class JobProgressConsumer(AsyncJsonWebsocketConsumer):
+    ended = False  # closed because its session ended: later events are dropped
+    checked_at = 0.0  # when the session was last re-read (time.monotonic)
+
     async def connect(self) -> None:
         if await sockets.password_change_due(self.scope):
             await self.close(code=sockets.CLOSE_PASSWORD_CHANGE)  # a temporary password: change it first
@@ -34,15 +39,35 @@ class JobProgressConsumer(AsyncJsonWebsocketConsumer):
         self.groups_joined = [group_name(job_id), sockets.user_group(user.pk)]  # the second: sign-out closes it
         for group in self.groups_joined:
             await self.channel_layer.group_add(group, self.channel_name)
+        self.checked_at = time.monotonic()
         await self.accept()
 
     async def disconnect(self, code: int) -> None:
         for group in getattr(self, "groups_joined", []):
             await self.channel_layer.group_discard(group, self.channel_name)
 
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any) -> None:
+        """The page sends nothing; any frame only re-checks the session (labapp.sockets)."""
+        await self._still_signed_in()
+
     async def job_progress(self, event: dict[str, Any]) -> None:
+        if self.ended:
+            return
+        # Pushes may come many a second: the session is re-read at most once a second.
+        if time.monotonic() - self.checked_at >= RECHECK_PUSH_S and not await self._still_signed_in():
+            return
         await self.send_json({key: value for key, value in event.items() if key != "type"})
 
     async def user_signed_out(self, event: dict[str, Any]) -> None:
-        if await sockets.ends_session(event, sockets.scope_session_key(self.scope)):
-            await self.close(code=sockets.CLOSE_SIGNED_OUT)
+        if not self.ended and await sockets.ends_session(event, self.scope):
+            await self._end()
+
+    async def _still_signed_in(self) -> bool:
+        self.checked_at = time.monotonic()
+        if not self.ended and not await sockets.still_signed_in(self.scope):
+            await self._end()  # an event missed (layer down) ends it here
+        return not self.ended
+
+    async def _end(self) -> None:
+        self.ended = True
+        await self.close(code=sockets.CLOSE_SIGNED_OUT)

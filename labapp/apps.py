@@ -6,6 +6,6 @@ class LabappConfig(AppConfig):
     verbose_name = "vLLM Serving Lab"
 
     def ready(self) -> None:
-        from labapp import addresses, sockets  # noqa: F401 - sockets connects the sign-out signal that closes open sockets
+        from labapp import addresses, session_ends, sockets  # noqa: F401 - connect the signals that end sessions and sockets
 
         addresses.install_log_scrub()  # no log line of any process writes an address's password

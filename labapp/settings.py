@@ -74,6 +74,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "labapp.session_ends.ActingRequestMiddleware",  # a session-ending event keeps the session that acted
     "labapp.middleware.RequestSizeLimitMiddleware",
     "labapp.accounts.LocalLearnerMiddleware",
     "labapp.accounts.PasswordChangeRequiredMiddleware",

@@ -2,15 +2,16 @@
 
 Signing out sends ``user.signed_out`` to the user's channel-layer group ``user-<id>``.
 Every socket of that user (chat, job progress) is in the group; it closes with
-``CLOSE_SIGNED_OUT`` when the event names its session, or when its own session no
-longer exists (signed out earlier while the layer was down, or rotated by a password
-change). A socket of the same user's other, still signed-in browser stays open. A
-temporary password set by an instructor ends every session and socket of the learner
-(``labapp.accounts.sessions_end``), and no socket opens until that password is changed.
+``CLOSE_SIGNED_OUT`` when the event names its session, when the event names none (every
+socket of the user: ``labapp.session_ends``, after a password change, a reset, a role
+change, a removal from a class, a deactivation or a deletion), or when its own session
+is no longer valid. A socket of the same user's other, still signed-in browser stays
+open. No socket opens while a temporary password set by an instructor is unchanged.
 
-The channel layer carries hints only: when Redis is down, signing out still succeeds
-(the session is gone, so the page's reconnect is refused with 4401) and chat keeps
-working without the watch.
+Events are hints: each socket also re-checks its session on every frame it receives
+(``session_valid``: the session still stored, the user still active, its password hash
+unchanged), so an event lost while the channel layer was down leaves no socket working.
+When Redis is down, signing out still succeeds and chat keeps working without the watch.
 """
 
 from __future__ import annotations
@@ -26,12 +27,11 @@ from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
-from django.contrib.auth import SESSION_KEY
+from django.contrib.auth import HASH_SESSION_KEY, SESSION_KEY, get_user_model
 from django.contrib.auth.signals import user_logged_out
-from django.db import transaction
 from django.dispatch import receiver
 from django.http import HttpRequest
-from django.utils import timezone
+from django.utils.crypto import constant_time_compare
 
 from labapp import accounts
 
@@ -65,30 +65,6 @@ def sockets_close(*, user_id: object, session_key: str | None = None) -> None:
         log.warning("sign-out of user %s: open sockets not told (%s: %s)", user_id, type(exc).__name__, exc)
 
 
-def sessions_end(*, user_id: object) -> int:
-    """Sign the user out everywhere: delete their stored sessions now, close their sockets
-    after the commit; returns how many sessions were deleted.
-
-    Only a database session engine (Django's ``db``, ``cached_db``) can be searched by
-    user; with another engine nothing is deleted here, and the password change that
-    calls this still signs the other sessions out at their next request (Django checks
-    each session's password hash). Finding them is one pass over the unexpired sessions
-    (a class server has a few hundred).
-    """
-    store_class = import_module(settings.SESSION_ENGINE).SessionStore
-    get_model = getattr(store_class, "get_model_class", None)
-    keys = []
-    if get_model is not None:
-        rows = get_model().objects.filter(expire_date__gt=timezone.now()).only("session_key", "session_data")
-        for row in rows.iterator():
-            if store_class().decode(row.session_data).get(SESSION_KEY) == str(user_id):
-                keys.append(row.session_key)
-    for key in keys:
-        store_class(session_key=key).delete()  # through the store: cached_db forgets its cache too
-    transaction.on_commit(lambda: sockets_close(user_id=user_id))
-    return len(keys)
-
-
 async def password_change_due(scope: dict[str, Any]) -> bool:
     """Whether the socket's user must first change a temporary password (``labapp.accounts``).
 
@@ -107,12 +83,34 @@ async def _group_send(group: str, event: dict[str, Any]) -> None:
         await asyncio.wait_for(layer.group_send(group, event), LAYER_TIMEOUT_S)
 
 
-async def ends_session(event: dict[str, Any], session_key: str | None) -> bool:
-    """Whether a ``user.signed_out`` event ends the socket opened with ``session_key``."""
+async def ends_session(event: dict[str, Any], scope: dict[str, Any]) -> bool:
+    """Whether a ``user.signed_out`` event ends the socket of ``scope``: it names this
+    socket's session, or none (every socket of the user), or this session is no longer valid."""
+    session_key = scope_session_key(scope)
     if session_key is None or event.get("session") in (None, session_key):
         return True
-    store = import_module(settings.SESSION_ENGINE).SessionStore()
-    return not await database_sync_to_async(store.exists)(session_key)
+    return not await still_signed_in(scope)
+
+
+def session_valid(session_key: str | None, user: Any) -> bool:
+    """Whether the session ``session_key`` still signs ``user`` in, read afresh: still stored
+    and unexpired, for this user, who is still active, with the password hash it was made
+    with (Django's own rule for a page, made here without flushing anything).
+
+    Two primary-key reads; every socket asks it for every frame it receives."""
+    if session_key is None or user is None or not user.is_authenticated:
+        return False
+    data = import_module(settings.SESSION_ENGINE).SessionStore(session_key).load()  # {} when gone
+    if data.get(SESSION_KEY) != str(user.pk):
+        return False
+    now = get_user_model()._default_manager.filter(pk=user.pk, is_active=True).only("password").first()
+    stored = data.get(HASH_SESSION_KEY)
+    return now is not None and isinstance(stored, str) and constant_time_compare(stored, now.get_session_auth_hash())
+
+
+async def still_signed_in(scope: dict[str, Any]) -> bool:
+    """``session_valid`` for a socket's scope, off the event loop."""
+    return bool(await database_sync_to_async(session_valid)(scope_session_key(scope), scope.get("user")))
 
 
 def scope_session_key(scope: dict[str, Any]) -> str | None:
@@ -129,9 +127,9 @@ class SignOutWatch:
     layer failing later is retried until the socket closes.
     """
 
-    def __init__(self, *, user_id: object, session_key: str | None, on_sign_out: Callable[[], Awaitable[None]]):
-        self.group = user_group(user_id)
-        self.session_key = session_key
+    def __init__(self, *, scope: dict[str, Any], on_sign_out: Callable[[], Awaitable[None]]):
+        self.group = user_group(scope["user"].pk)
+        self.scope = scope
         self.on_sign_out = on_sign_out
         self.layer = get_channel_layer()
         self.channel = ""
@@ -157,7 +155,7 @@ class SignOutWatch:
             try:
                 event = await self.layer.receive(self.channel)
                 failures = 0
-                if event.get("type") == SIGNED_OUT and await ends_session(event, self.session_key):
+                if event.get("type") == SIGNED_OUT and await ends_session(event, self.scope):
                     await self.on_sign_out()
                     return
             except asyncio.CancelledError:

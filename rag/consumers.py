@@ -7,8 +7,9 @@ Frames from the browser (JSON objects):
   {"type": "client_timing", "answer_id": N, "first_token_ms": x, "done_ms": y}
 Frames to the browser carry the client id: started (with the engine that answers: the one
 picked on the engines page), retrieval, prompt, token, done (with the saved answer), error;
-a bad frame gets an error frame and the socket stays open. Signing out closes the socket, and
-a user who must change a temporary password gets none (labapp.sockets).
+a bad frame gets an error frame and the socket stays open. Signing out, and every event that
+ends the user's sessions, closes the socket; every frame is refused (the socket closed) once its
+session is no longer valid; a user who must change a temporary password gets none (labapp.sockets).
 """
 
 from __future__ import annotations
@@ -57,9 +58,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         cookie = (self.scope.get("cookies") or {}).get(settings.LANGUAGE_COOKIE_NAME, "")
         self.language = cookie if cookie in dict(settings.LANGUAGES) else settings.LANGUAGE_CODE
         self.signed_out = False
-        self.watch = sockets.SignOutWatch(
-            user_id=self.user.pk, session_key=sockets.scope_session_key(self.scope), on_sign_out=self._signed_out
-        )
+        self.watch = sockets.SignOutWatch(scope=self.scope, on_sign_out=self._signed_out)
         await self.watch.start()
         await self.accept()
         lexical.warm_in_background()  # the Korean analyser's model, read while the learner types
@@ -81,6 +80,9 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any) -> None:
         if self.signed_out:
+            return
+        if not await sockets.still_signed_in(self.scope):  # an event missed (layer down) ends it here
+            await self._signed_out()
             return
         if text_data is None or len(text_data.encode()) > MAX_FRAME_BYTES:
             await self._error(_("프레임은 %(n)d KB 이하의 JSON 텍스트여야 합니다.") % {"n": MAX_FRAME_BYTES // 1024})

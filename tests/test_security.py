@@ -360,7 +360,7 @@ def test_a_sign_out_watch_rides_out_layer_timeouts_and_joins_its_group_again(mon
         closed.append(True)
 
     async def go() -> None:
-        watch = sockets.SignOutWatch(user_id=7, session_key=None, on_sign_out=on_sign_out)
+        watch = sockets.SignOutWatch(scope={"user": SimpleNamespace(pk=7)}, on_sign_out=on_sign_out)
         await watch.start()
         assert watch.task is not None
         await asyncio.wait_for(watch.task, 5)

@@ -10,7 +10,6 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from labapp import sockets
 from labapp.models import Assignment, Classroom, Membership, TemporaryPassword
 
 # No 0/O, 1/I/L: a code read aloud or copied from a projector survives.
@@ -101,14 +100,14 @@ def password_set_temporary(*, learner: User, by: AbstractBaseUser, password: str
     """Set a password the learner must change at their next sign-in; returns it (shown once).
 
     Whoever was signed in as the learner (on any device) is signed out, their open
-    sockets closed: only the person given the new password gets in.
+    sockets closed (``labapp.session_ends``, on the password's change): only the person
+    given the new password gets in.
     """
     chosen = password or password_new()
     with transaction.atomic():
         learner.set_password(chosen)
         learner.save(update_fields=["password"])
         TemporaryPassword.objects.update_or_create(user=learner, defaults={"set_by_id": by.pk})
-        sockets.sessions_end(user_id=learner.pk)
     return chosen
 
 

@@ -79,9 +79,7 @@ def cast_create(plan: LoadPlan, run: str | None = None) -> Cast:
     run = run or f"{time.strftime('%H%M%S')}{secrets.token_hex(2)}"
 
     def person(name: str, instructor: bool = False) -> Person:
-        user = User.objects.create(username=f"load-{run}-{name}")
-        user.set_unusable_password()
-        user.save(update_fields=["password"])
+        user = User.objects.create_user(username=f"load-{run}-{name}")  # no password: an unusable one
         return Person(user.pk, user.username, _session_cookie(user), instructor)
 
     instructors = max(1, plan.browsers // 10)

@@ -117,9 +117,7 @@ def tool_session(given: str = "") -> Iterator[str]:
     if given:
         yield given if "=" in given else f"{settings.SESSION_COOKIE_NAME}={given}"
         return
-    user = get_user_model().objects.create(username=TOOL_USER_PREFIX + uuid.uuid4().hex[:12])
-    user.set_unusable_password()
-    user.save(update_fields=["password"])
+    user = get_user_model().objects.create_user(username=TOOL_USER_PREFIX + uuid.uuid4().hex[:12])  # unusable password
     store = import_module(settings.SESSION_ENGINE).SessionStore()
     store[SESSION_KEY] = str(user.pk)
     store[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
