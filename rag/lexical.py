@@ -6,13 +6,17 @@ defeat whole-word matching, so Korean is indexed by its morphemes: kiwipiepy, a 
 morphological analyser made for Korean whose model ships as a package (kiwipiepy_model, read
 from disk: nothing is downloaded), splits 프리필이란 into 프리 + 필 + 이란; the content morphemes
 are kept (particles and endings are not) and nouns written together are kept joined as well
-(프리필, 프리픽스), so 프리필 no longer matches 프리픽스 on their shared 프리.  Runs of Latin
-letters and digits (TTFT, KV, top-k, 1600) stay whole words.  ``tokenizer="bigram"`` is the
-former way (each Korean run as overlapping character pairs), kept to measure against
-(docs/performance.md, `manage.py compare_tokenizers`: morphemes found the right chunk in the top 5
-for 0.91 of the 98 evaluation questions at 200-character chunks where bigrams found 0.82).
+(프리필, 프리픽스); a question counts such nouns once, joined, where the index knows the joined form,
+so 프리필 does not match 프리픽스 on their shared 프리.  Runs of Latin letters and digits (TTFT, KV,
+top-k, 1600) stay whole words.  ``tokenizer="bigram"`` is the former way (each Korean run as
+overlapping character pairs), kept to measure against.
 A chunk's section title is indexed with its text, so a chunk deep in a section still answers to
-the section's subject.
+the section's subject, and a chunk's score gains a share of its neighbours' in the same source
+(``NEIGHBOUR_WEIGHT``), so that the chunk inside a matching passage comes before a lone match.
+Measured (docs/performance.md, `manage.py compare_tokenizers`, 98 questions, 2026-12-04, 2 cores,
+AMD EPYC with avx512_bf16): recall@1 / @5 0.61 / 0.92, 0.72 / 0.97 and 0.78 / 0.97 at 200, 500 and
+1000 characters (bigrams 0.59 / 0.86, 0.65 / 0.94, 0.69 / 0.95), search p50 under 1 ms; every other
+change tried is in `manage.py retrieval_variants`.
 Pure code (NumPy): the index is built from texts the caller fetched, and can be saved to
 and opened from a folder (``BM25Index.save`` / ``load``). It keeps each chunk's text and
 metadata too (``chunk``), so a search by BM25 alone needs nothing from Chroma.
@@ -28,7 +32,7 @@ import tempfile
 import threading
 import unicodedata
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -98,24 +102,34 @@ def warm_in_background() -> None:
     _warming[0].start()
 
 
-def _content_terms(tokens: list[Token], text: str) -> list[str]:
-    """The content morphemes of one analysed text, nouns written together also joined, then its Latin words."""
+def _content_terms(tokens: list[Token], text: str, known: Callable[[str], bool] | None = None) -> list[str]:
+    """The content morphemes of one analysed text, nouns written together also joined, then its Latin words.
+
+    With ``known`` (a question, against an index's terms): nouns written together whose joined form the
+    index knows give that form alone, not its parts as well, so 프리필 does not also match 프리픽스 on 프리.
+    """
     found: list[str] = []
     compound: list[str] = []
     compound_end = -1
+
+    def close() -> None:
+        if len(compound) > 1:
+            joined = "".join(compound)
+            if known is not None and known(joined):
+                del found[-len(compound) :]  # the parts, each just appended as a noun
+            found.append(joined)
+
     for token in tokens:
         noun = token.tag in _NOUNS
         if not (noun and compound and token.start == compound_end):
-            if len(compound) > 1:
-                found.append("".join(compound))
+            close()
             compound = []
         if noun:
             compound.append(token.form)
             compound_end = token.start + token.len
         if token.tag in _CONTENT:
             found.append(token.form + ("다" if token.tag in _PREDICATES else ""))
-    if len(compound) > 1:
-        found.append("".join(compound))
+    close()
     return found + _WORD.findall(text.lower())
 
 
@@ -134,6 +148,15 @@ def terms(text: str, tokenizer: str = TOKENIZER) -> list[str]:
     return terms_of([text], tokenizer)[0]
 
 
+def query_terms(text: str, tokenizer: str, known: Callable[[str], bool]) -> set[str]:
+    """A question's terms against an index whose terms ``known`` tells: as ``terms``, except that nouns
+    written together count once, as the joined form, where the index has it (see ``_content_terms``)."""
+    if tokenizer != "kiwi":
+        return set(terms(text, tokenizer))
+    normalized = unicodedata.normalize("NFC", text)
+    return set(_content_terms(_kiwi().tokenize(normalized.lower()), normalized, known))
+
+
 def _indexed_text(text: str, metadata: dict[str, Any]) -> str:
     """What a chunk is indexed as: its section's title, then its text (the title is not stored with it)."""
     title = str(metadata.get("title") or "")
@@ -143,8 +166,13 @@ def _indexed_text(text: str, metadata: dict[str, Any]) -> str:
 # The on-disk layout's version: a folder saved by another layout is rebuilt, not read
 # (2: the chunks' texts and metadata are kept beside the postings; 3: so are the ids, found by
 # binary search instead of a list and a dict read from JSON at every opening; 4: the tokenizer is
-# named, Korean indexed by morphemes with each chunk's section title).
-FORMAT = 4
+# named, Korean indexed by morphemes with each chunk's section title; 5: each chunk's neighbours are kept).
+FORMAT = 5
+# A chunk's score gains this share of the scores of the chunks just before and after it in its source, so
+# that of two chunks matching alike the one inside the passage that matches comes first (`manage.py
+# retrieval_variants`, 98 questions: recall@1 0.61 / 0.70 / 0.72 → 0.61 / 0.72 / 0.78 at 200 / 500 / 1000
+# characters; docs/performance.md).
+NEIGHBOUR_WEIGHT = 0.15
 
 
 @dataclass
@@ -185,6 +213,9 @@ class BM25Index:
     _ids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.uint8))
     _id_offsets: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))
     _id_order: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
+    # Each chunk's neighbours in its source: the position of the chunk before and after it, -1 for none.
+    _before: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
+    _after: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int32))
     _opened: bool = False
 
     @classmethod
@@ -224,6 +255,7 @@ class BM25Index:
             (c for _w, counts in postings.values() for c in counts), dtype=np.float64, count=int(index._offsets[-1])
         )
         index._lengths = np.asarray(lengths, dtype=np.float64)
+        index._before, index._after = _neighbours([metadatas.get(i) or {} for i in documents])
         index._average = (sum(lengths) / len(lengths) or 1.0) if lengths else 1.0
         return index
 
@@ -231,7 +263,7 @@ class BM25Index:
 
     ARRAYS = (
         *("_offsets", "_positions", "_counts", "_lengths", "_texts", "_text_offsets", "_metas", "_meta_offsets"),
-        *("_ids", "_id_offsets", "_id_order"),
+        *("_ids", "_id_offsets", "_id_order", "_before", "_after"),
     )
 
     def save(self, folder: Path, *, stamp: str = "") -> None:
@@ -339,7 +371,7 @@ class BM25Index:
         if not self.size:
             return []
         scores = np.zeros(self.size)
-        for term in set(terms(query, self.tokenizer)):
+        for term in query_terms(query, self.tokenizer, self._term_at.__contains__):
             postings = self._postings(term)
             if postings is None:
                 continue
@@ -347,12 +379,26 @@ class BM25Index:
             idf = self._idf(term)
             norm = tf + self.k1 * (1 - self.b + self.b * self._lengths[where] / self._average)
             scores[where] += idf * tf * (self.k1 + 1) / norm
-        hits = np.flatnonzero(scores > 0)
+        hits = self._lifted(scores, np.flatnonzero(scores > 0))
         if len(hits) > k > 0:  # keep every hit tied with the k-th: ties go to the earlier document
             kth = np.partition(scores[hits], len(hits) - k)[len(hits) - k]
             hits = hits[scores[hits] >= kth]
         ordered = sorted(hits.tolist(), key=lambda position: (-scores[position], position))[:k]
         return [(self._id(position), float(scores[position])) for position in ordered]
+
+    def _lifted(self, scores: np.ndarray, hits: np.ndarray) -> np.ndarray:
+        """Give the chunks beside each hit ``NEIGHBOUR_WEIGHT`` times its score (in place); the positions that
+        now score. Each hit pushes to its two neighbours, so the work grows with the hits, and a chunk is
+        the neighbour before (or after) of one chunk only, so no two pushes of one line meet."""
+        if not len(hits) or not len(self._before):
+            return hits
+        share = NEIGHBOUR_WEIGHT * scores[hits]
+        lent = np.zeros(len(scores) + 1)  # the last place takes the pushes to -1, no neighbour
+        lent[np.asarray(self._before[hits])] += share
+        lent[np.asarray(self._after[hits])] += share
+        scores += lent[:-1]
+        scoring: np.ndarray = np.flatnonzero(scores > 0)
+        return scoring
 
     def coverage(self, query: str, doc_id: str) -> float:
         """Share of the question's terms found in one document, weighted by rarity (0..1).
@@ -360,8 +406,8 @@ class BM25Index:
         Unlike BM25 or a fused rank it is comparable across questions, so it is
         what the chat's relevance threshold applies to.
         """
-        query_terms = set(terms(query, self.tokenizer))
-        position = self._position(doc_id) if query_terms else None
+        wanted = query_terms(query, self.tokenizer, self._term_at.__contains__)
+        position = self._position(doc_id) if wanted else None
         if position is None:
             return 0.0
 
@@ -372,9 +418,24 @@ class BM25Index:
             at = int(np.searchsorted(postings[0], position))
             return at < len(postings[0]) and int(postings[0][at]) == position
 
-        total = sum(self._idf(term) for term in query_terms)
-        found = sum(self._idf(term) for term in query_terms if holds(term))
+        total = sum(self._idf(term) for term in wanted)
+        found = sum(self._idf(term) for term in wanted if holds(term))
         return found / total if total else 0.0
+
+
+def _neighbours(metadatas: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
+    """For each chunk, the position of the chunk before it and after it in the same source (metadata
+    ``source`` and ``chunk_index``), -1 where there is none."""
+    at: dict[tuple[str, int], int] = {}
+    for position, meta in enumerate(metadatas):
+        if "source" in meta and "chunk_index" in meta:
+            at[str(meta["source"]), int(meta["chunk_index"])] = position
+    before = np.full(len(metadatas), -1, dtype=np.int32)
+    after = np.full(len(metadatas), -1, dtype=np.int32)
+    for (source, index), position in at.items():
+        before[position] = at.get((source, index - 1), -1)
+        after[position] = at.get((source, index + 1), -1)
+    return before, after
 
 
 def _blob(parts: list[bytes]) -> tuple[np.ndarray, np.ndarray]:

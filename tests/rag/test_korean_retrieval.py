@@ -26,12 +26,19 @@ def test_prefill_is_found_in_the_prefill_section_not_in_prefix_caching(chapter: 
     assert size == 200 or bigrams.search("프리필이란?", 1)[0][0].startswith("prefix-caching:")
 
 
-def test_morphemes_find_more_answers_first_than_bigrams_did_at_200_characters(chapter: dict[str, str]) -> None:
-    """On the enlarged set (98 questions) bigrams without titles found 0.52 first and 0.78 in the top 5."""
+# What `compare_tokenizers` measured (2026-12-04, 98 questions: morphemes, titles, neighbours' scores), less 0.02
+# below: recall@1 and @5 at each chunk size. Before the neighbours: 0.61 / 0.92, 0.70 / 0.95, 0.72 / 0.98;
+# bigrams without titles: 0.52 / 0.78, 0.62 / 0.91, 0.68 / 0.95.
+REACHED = {200: (0.61, 0.92), 500: (0.72, 0.97), 1000: (0.78, 0.97)}
+
+
+@pytest.mark.parametrize("size", CHUNK_SIZES)
+def test_recall_at_each_chunk_size_stays_where_morphemes_brought_it(chapter: dict[str, str], size: int) -> None:
     questions = load_questions()
     assert len(questions) >= 98
-    row = measure("kiwi", 200, 0.0, questions, chapter)
-    assert row.at_1 >= 0.58 and row.at_5 >= 0.9, row
+    row = measure("kiwi", size, 0.0, questions, chapter)
+    at_1, at_5 = REACHED[size]
+    assert row.at_1 >= at_1 - 0.02 and row.at_5 >= at_5 - 0.02, row
 
 
 def test_the_paraphrases_point_at_passages_that_exist(chapter: dict[str, str]) -> None:

@@ -22,6 +22,39 @@ def test_korean_becomes_content_morphemes_with_nouns_written_together_joined() -
     assert "프리필" not in terms("프리픽스 캐싱")
 
 
+def test_a_question_s_compound_noun_does_not_match_another_compound_on_a_shared_part() -> None:
+    """프리필 and 프리픽스 share 프리: the question counts 프리필 whole when the index knows it (before: 프리 too)."""
+    index = BM25Index.build(
+        {
+            "prefix": "프리픽스 캐싱은 앞부분이 같은 프롬프트의 KV 캐시를 다시 씁니다.",
+            "prefill": "프리필은 입력 토큰 전체를 한 번에 계산합니다.",
+        }
+    )
+    assert [chunk_id for chunk_id, _ in index.search("프리필이란?", 2)] == ["prefill"]
+    assert index.coverage("프리필이란?", "prefix") == 0.0
+    # A compound the index lacks still matches on its parts.
+    assert index.search("프리필계산이란?", 2)[0][0] == "prefill"
+
+
+def test_of_two_chunks_matching_alike_the_one_beside_the_matching_passage_comes_first(tmp_path: Path) -> None:
+    """A chunk's neighbours in its source lend it a share of their scores (NEIGHBOUR_WEIGHT); saved, it keeps them."""
+    chunks = {  # a:1 and b:1 match alike; only a:1 has a neighbour that matches too
+        "b:0": "캐시는 앞부분을 다시 씁니다.",
+        "b:1": "디코드 속도는 메모리 용량이 정합니다.",
+        "a:0": "디코드는 토큰을 하나씩 만듭니다.",
+        "a:1": "디코드 속도는 메모리 성능이 정합니다.",
+    }
+    metadatas = {chunk_id: {"source": chunk_id[0], "chunk_index": int(chunk_id[2])} for chunk_id in chunks}
+    alone = BM25Index.build(chunks)  # without sources, no neighbours: a tie, the earlier chunk first
+    assert alone.search("디코드 속도", 1)[0][0] == "b:1"
+    index = BM25Index.build(chunks, metadatas)
+    index.save(tmp_path / "i", stamp="s")
+    opened = BM25Index.load(tmp_path / "i", stamp="s")
+    assert opened is not None
+    for searched in (index, opened):
+        assert [chunk_id for chunk_id, _ in searched.search("디코드 속도", 2)] == ["a:1", "b:1"]
+
+
 def test_an_unknown_tokenizer_is_named() -> None:
     with pytest.raises(ValueError, match=r"unknown tokenizer 'words'.*kiwi, bigram"):
         terms("프리필", "words")

@@ -25,7 +25,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from labapp.chapter.services import CONTENT_DIR, parse_section
 from labapp.ops.report import emit
 from rag import chunking, embeddings, lexical
-from rag.evaluation import Question, load_questions
+from rag.evaluation import EVAL_SETS, Question, load_questions
 
 
 @dataclass(frozen=True)
@@ -37,12 +37,18 @@ class Row:
     at_5: float
     search_p50_ms: float
     missed_first: list[str]
+    # The first chunk from the expected section, whether or not it holds the passage (a diagnostic, not recall).
+    section_at_1: float
+    # Recall@1 and @5 of each question set apart (file stem → [at_1, at_5]): the project's questions and the
+    # paraphrases written later, so a change tuned on one set can be read on the other.
+    by_set: dict[str, list[float]]
 
 
 @dataclass(frozen=True)
 class Piece:
     id: str
     slug: str
+    index: int
     start: int
     end: int
     text: str
@@ -60,7 +66,7 @@ def sections() -> dict[str, str]:
 
 def pieces(texts: dict[str, str], size: int) -> list[Piece]:
     return [
-        Piece(f"{slug}:{chunk.index}", slug, chunk.start, chunk.end, chunk.text, text.splitlines()[0])
+        Piece(f"{slug}:{chunk.index}", slug, chunk.index, chunk.start, chunk.end, chunk.text, text.splitlines()[0])
         for slug, text in texts.items()
         for chunk in chunking.split(text, size=size)
     ]
@@ -70,6 +76,21 @@ def _unit(vectors: list[list[float]]) -> np.ndarray:
     array = np.asarray(vectors, dtype=np.float64)
     unit: np.ndarray = array / np.linalg.norm(array, axis=1, keepdims=True)
     return unit
+
+
+def _share(hits: list[bool]) -> float:
+    return round(sum(hits) / len(hits), 2) if hits else 0.0
+
+
+def _by_set(questions: list[Question], ranks: list[int | None]) -> dict[str, list[float]]:
+    """Recall@1 and @5 of each evaluation set's questions among ``questions``."""
+    rank_of = {q.id: r for q, r in zip(questions, ranks, strict=True)}
+    found: dict[str, list[float]] = {}
+    for path in EVAL_SETS:
+        mine = [rank_of[q.id] for q in load_questions((path,)) if q.id in rank_of]
+        if mine:
+            found[path.stem] = [_share([r == 1 for r in mine]), _share([r is not None for r in mine])]
+    return found
 
 
 def _rank(ranked: list[str], question: Question, at: int, by_id: dict[str, Piece]) -> int | None:
@@ -86,11 +107,14 @@ def measure(
     """One row: ``titles=False`` indexes the chunks without their section titles (as before 2026-12-04)."""
     found = pieces(texts, size)
     by_id = {piece.id: piece for piece in found}
-    metadatas = {p.id: {"title": p.title} for p in found} if titles else None
+    metadatas: dict[str, dict[str, Any]] = {p.id: {"source": p.slug, "chunk_index": p.index} for p in found}
+    if titles:
+        metadatas = {chunk_id: meta | {"title": by_id[chunk_id].title} for chunk_id, meta in metadatas.items()}
     index = lexical.BM25Index.build({p.id: p.text for p in found}, metadatas, tokenizer=tokenizer)
     chunk_vectors = _unit(embeddings.embed([p.text for p in found])) if weight else None
     question_vectors = _unit(embeddings.embed([q.question for q in questions])) if weight else None
     ranks: list[int | None] = []
+    right_section: list[bool] = []
     times: list[float] = []
     for at, question in enumerate(questions):
         started = time.perf_counter()
@@ -102,10 +126,11 @@ def measure(
             fused = lexical.reciprocal_rank_fusion([[found[i].id for i in nearest], lexical_ids], [weight, 1.0])
             ranked = sorted(fused, key=lambda chunk_id: -fused[chunk_id])
         ranks.append(_rank(ranked, question, texts[question.slug].find(question.evidence), by_id))
-    n = len(questions)
-    at_1, at_5 = sum(r == 1 for r in ranks) / n, sum(r is not None for r in ranks) / n
+        right_section.append(bool(ranked) and by_id[ranked[0]].slug == question.slug)
+    at_1, at_5 = _share([r == 1 for r in ranks]), _share([r is not None for r in ranks])
     missed = [q.id for q, r in zip(questions, ranks, strict=True) if r != 1]
-    return Row(tokenizer, weight, size, round(at_1, 2), round(at_5, 2), round(statistics.median(times), 2), missed)
+    p50 = round(statistics.median(times), 2)
+    return Row(tokenizer, weight, size, at_1, at_5, p50, missed, _share(right_section), _by_set(questions, ranks))
 
 
 class Command(BaseCommand):
@@ -128,11 +153,15 @@ class Command(BaseCommand):
 
         def text_lines() -> Iterator[str]:
             yield f"{len(questions)} questions"
-            yield f"{'tokenizer':<9} {'dense':>5} {'chunk':>6} {'recall@1':>9} {'recall@5':>9} {'p50 ms':>7}"
+            sets = list(rows[0]["by_set"]) if rows else []
+            yield f"{'tokenizer':<9} {'dense':>5} {'chunk':>6} {'recall@1':>9} {'recall@5':>9} {'p50 ms':>7} " + (
+                f"{'section@1':>9} " + " ".join(f"{name} @1/@5" for name in sets)
+            )
             for row in rows:
                 yield (
                     f"{row['tokenizer']:<9} {row['dense_weight']:>5} {row['chunk_size']:>6} "
-                    f"{row['at_1']:>9.2f} {row['at_5']:>9.2f} {row['search_p50_ms']:>7.2f}"
+                    f"{row['at_1']:>9.2f} {row['at_5']:>9.2f} {row['search_p50_ms']:>7.2f} {row['section_at_1']:>9.2f} "
+                    + " ".join(f"{'{:.2f} / {:.2f}'.format(*row['by_set'][name]):>{len(name) + 6}}" for name in sets)
                 )
 
         emit(self.stdout, rows, json_wanted=options["json"], lines=text_lines)
