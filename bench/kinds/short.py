@@ -9,7 +9,8 @@ its whole prefill, so the brief instruction's own prefill cost shows in its TTFT
 beside the decode it saves. The questions ask for an explanation and every prompt shows two
 worked answers (a conclusion line, then reasons: ``ANSWER_SHAPE``), so the normal answers run
 long enough that their length decides the time.
-No repeated-line guard here: the stop strings alone end an answer, as the engine does.
+No repeated-line guard here: the stop strings and the model end an answer, a frequency penalty
+(``FREQUENCY_PENALTY``, the same in every variant) keeping it from repeating one line to the cap.
 """
 
 from __future__ import annotations
@@ -250,6 +251,13 @@ ANSWER_SHAPE = (
     "- 가중치가 두 배면 읽을 바이트도 두 배입니다.\n"
     "- 메모리 대역폭은 그대로이므로 토큰 하나에 걸리는 시간이 늘어납니다.\n\n"
 )
+# Sent with every variant: a penalty on tokens the answer itself has already written (vLLM, like
+# OpenAI, leaves the prompt's tokens out), so a base model's answer ends instead of repeating one
+# line ("1. 1. 1. ...", "1000000...") up to max_tokens. Without it the brief format's first line
+# looped to the cap in 2-5 of 6 questions on Gemma 3 270M and the decode check failed; with 0.8
+# the normal answers ended by themselves at 43-110 tokens and the brief ones were shorter in 17
+# of 18 questions (three question sets, temperature 0).
+FREQUENCY_PENALTY = 0.8
 
 
 @dataclass(frozen=True)
@@ -287,7 +295,13 @@ async def _questions(config: ShortConfig, measured: Measured, resets: list[str],
         nonce = nonce_line(config.seed, number)  # one per question: a cap sends exactly the normal prompt
         for name, (is_brief, limit) in config.variants().items():
             prompt = (brief if is_brief else plain)[number]
-            spec = runner.RequestSpec(prompt=nonce + prompt.text, max_tokens=limit, ignore_eos=False, stop=prompt.stop)
+            spec = runner.RequestSpec(
+                prompt=nonce + prompt.text,
+                max_tokens=limit,
+                ignore_eos=False,
+                stop=prompt.stop,
+                frequency_penalty=FREQUENCY_PENALTY,
+            )
             resets.append(await vllm_client.reset_prefix_cache(session.http))
             record, server = await session.send(spec, f"{asked}: {variant_name(name)}")
             measured[name].append((record, rag_work.answer(prompt, record) | {"id": question.id}, server))

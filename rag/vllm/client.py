@@ -342,6 +342,7 @@ async def stream_completion(
     temperature: float = 0.0,
     ignore_eos: bool = False,
     stop: list[str] | None = None,
+    frequency_penalty: float = 0.0,
     on_text: OnText | None = None,
     client: httpx.AsyncClient | None = None,
     timeout: float = 600.0,
@@ -357,6 +358,8 @@ async def stream_completion(
         payload["ignore_eos"] = True
     if stop:
         payload["stop"] = stop
+    if frequency_penalty:
+        payload["frequency_penalty"] = frequency_penalty
     return await _stream("/v1/completions", payload, on_text=on_text, client=client, timeout=timeout, record=record)
 
 
@@ -393,6 +396,9 @@ class RequestSpec:
     stop: tuple[str, ...] = ()
     temperature: float = 0.0
     messages: tuple[dict[str, str], ...] = ()
+    # OpenAI's penalty on tokens the answer has already written (the prompt's are not counted):
+    # 0 sends none; completions only.
+    frequency_penalty: float = 0.0
 
 
 async def stream_request(
@@ -423,6 +429,7 @@ async def stream_request(
         temperature=spec.temperature,
         ignore_eos=spec.ignore_eos,
         stop=list(spec.stop) or None,
+        frequency_penalty=spec.frequency_penalty,
         on_text=on_text,
         client=client,
         timeout=timeout,

@@ -269,6 +269,7 @@ def test_short_answers_vary_the_instruction_and_sweep_the_caps(
     assert not cells["cap_2"]["brief"] and "time_saved_pct" in cells["cap_2"]
     sent = [r for r in script.requests if "max_tokens" in r and not r.get("prompt", "").startswith("warm-up")]
     assert len(sent) == 5 and all(r.get("ignore_eos") in (None, False) and r.get("stop") for r in sent)
+    assert {r.get("frequency_penalty") for r in sent} == {short.FREQUENCY_PENALTY}  # the same in every variant
     assert {"time_saved_pct", "enough_cap"} <= set(results) and cells["normal"]["answers"][0][
         "question"
     ] == "질문 0?" + short.ASK_WHY
