@@ -64,11 +64,8 @@
   if (progress && chart) {
     let drawnCells = -1;
     let figure = null;
-    // Thick lines and big markers: a projector washes thin ones out.
-    const bigTraces = (traces) => traces.map((t) => Object.assign({}, t, {
-      line: Object.assign({}, t.line, { width: 5 }), marker: Object.assign({}, t.marker, { size: 14 }),
-    }));
-    const draw = () => window.Plotly.react(chart, bigTraces(figure.data), bigLayout(figure.layout), { displaylogo: false, displayModeBar: false, responsive: true });
+    // The traces come drawn for a projector (bench.plotting.projector: thick lines, hollow markers, wide bars).
+    const draw = () => window.Plotly.react(chart, figure.data, bigLayout(figure.layout), { displaylogo: false, displayModeBar: false, responsive: true });
     window.addEventListener("resize", () => { if (figure && window.Plotly) draw(); });
     async function poll() {
       const response = await fetch(`/demo/sweep/${progress.dataset.job}.json`, { headers: { Accept: "application/json" } });
