@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 
 from bench.kinds import retrieval, sweep
 from bench.models import BenchJob
@@ -80,3 +80,14 @@ def test_chart_load_names_each_page_and_gives_its_first_point_in_seconds(
         assert row["cold"]["first_point_s"] > 0 and row["warm"]["first_point_s"] > 0
         assert row["cold"]["bytes"] > 0 and row["warm_to_goal"] > 0
     assert not User.objects.filter(username__startswith="chart-load-").exists()  # its throwaway account is gone
+
+
+@pytest.mark.django_db
+def test_chart_load_says_what_it_lacks_before_opening_a_browser() -> None:
+    with pytest.raises(CommandError, match="--times"):
+        call_command("chart_load", url="http://127.0.0.1:9", times=0)
+    with pytest.raises(CommandError, match="no finished demo sweep"):
+        call_command("chart_load", url="http://127.0.0.1:9", times=1)
+    with pytest.raises(CommandError, match="--sweep-job 999"):
+        call_command("chart_load", url="http://127.0.0.1:9", times=1, sweep_job=999)
+    assert not User.objects.filter(username__startswith="chart-load-").exists()

@@ -186,7 +186,7 @@ class Command(BaseCommand):
         emit(self.stdout, report, json_wanted=options["json"], lines=text_lines)
 
     def measure_all(self, url: str, pages: dict[str, str], owner: User, options: dict[str, Any]) -> dict[str, Any]:
-        from playwright.sync_api import sync_playwright
+        from playwright.sync_api import Error, sync_playwright
 
         cookie = session_cookie(owner, url)
         rows = {}
@@ -194,7 +194,11 @@ class Command(BaseCommand):
             browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"])
             try:
                 for name, path in pages.items():
-                    row = measured(browser, cookie, url + path, options["times"], 1000 * options["timeout"])
+                    try:
+                        row = measured(browser, cookie, url + path, options["times"], 1000 * options["timeout"])
+                    except Error as exc:  # the server is down, or the page drew no point in time
+                        why = str(exc).splitlines()[0]
+                        raise CommandError(f"{name} {url + path}: no chart point measured ({why})") from exc
                     rows[name] = {"path": path, **row, "warm_to_goal": row["warm"]["first_point_s"] / GOAL_S}
             finally:
                 browser.close()
