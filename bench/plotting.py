@@ -39,6 +39,15 @@ def cells(results: dict[str, Any]) -> list[dict[str, Any]]:
     return [c for c in results.get("cells", []) if c.get("completed")]
 
 
+# An interval's bar on a page: thick enough to read beside plotly's 6 px markers, its caps wider than them.
+INTERVAL_BARS = {"visible": True, "thickness": 2, "width": 6}
+# On a projector (the team demo): thick lines, hollow markers so that a short interval shows through
+# its point, and bars and caps wider than the markers (a 1.2 px bar vanished under a 14 px marker).
+PROJECTOR_LINE = 5
+PROJECTOR_MARKER = {"size": 12, "line": {"width": 3}}
+PROJECTOR_BARS = {"visible": True, "thickness": 4, "width": 9}
+
+
 def interval_bars(shown: list[dict[str, Any]], key: str) -> dict[str, Any] | None:
     """Error bars for the cells' ``median_<name>_ms`` from their 95 % intervals (``ci_<name>_ms``); None
     for another key or when no cell has an interval."""
@@ -47,7 +56,27 @@ def interval_bars(shown: list[dict[str, Any]], key: str) -> dict[str, Any] | Non
     if not key.startswith("median_"):
         return None
     ci_key = "ci_" + key.removeprefix("median_")
-    return stats.error_bars([c.get(key) for c in shown], [c.get(ci_key) for c in shown])
+    bars = stats.error_bars([c.get(key) for c in shown], [c.get(ci_key) for c in shown])
+    return None if bars is None else bars | INTERVAL_BARS
+
+
+def _hollow(symbol: object) -> str:
+    name = symbol if isinstance(symbol, str) else "circle"
+    return name if name.endswith("-open") else name + "-open"
+
+
+def projector(figure: dict[str, Any]) -> dict[str, Any]:
+    """``figure`` readable from the back of a room: its scatter traces' lines thick, their markers hollow,
+    their intervals' bars and caps larger than the markers."""
+    for trace in figure.get("data", []):
+        if trace.get("type", "scatter") != "scatter":
+            continue
+        trace["line"] = {**trace.get("line", {}), "width": PROJECTOR_LINE}
+        marker = trace.get("marker", {})
+        trace["marker"] = {**marker, **PROJECTOR_MARKER, "symbol": _hollow(marker.get("symbol"))}
+        if trace.get("error_y"):
+            trace["error_y"] = {**trace["error_y"], **PROJECTOR_BARS}
+    return figure
 
 
 def series_name(run: str, series: str, runs: Runs) -> str:

@@ -78,4 +78,4 @@ def error_bars(medians: list[Any], intervals: list[Any]) -> dict[str, Any] | Non
         return None
     above = [None if not ci or m is None else max(0.0, ci[1] - m) for m, ci in zip(medians, intervals, strict=True)]
     below = [None if not ci or m is None else max(0.0, m - ci[0]) for m, ci in zip(medians, intervals, strict=True)]
-    return {"type": "data", "symmetric": False, "array": above, "arrayminus": below, "thickness": 1.2, "width": 4}
+    return {"type": "data", "symmetric": False, "array": above, "arrayminus": below}

@@ -81,7 +81,8 @@ class Lab:
     - ``engine_panels``: the engine timeline's panels under its requests (``bench.charts.ENGINE_PANELS``);
       ``notice``: a template shown above the run button (e.g. the base model's notice where the
       answers' words matter); ``request_shapes(config)``: every request's (input, output tokens)
-      when the settings fix them (the run's time is then estimated from the learner's speeds);
+      when the settings fix them (the run's time is then estimated from the learner's speeds), and
+      ``shapes_basis`` says where the lengths come from when they are reckoned rather than fixed;
       ``speeds``: its runs measure the learner's prefill and decode speeds (``prefill_speed``,
       ``decode_speed`` in the results), which the estimator and the chat use.
     """
@@ -98,6 +99,7 @@ class Lab:
     engine_panels: tuple[str, ...] = ()
     notice: str = ""
     request_shapes: Callable[[Any], Shapes] | None = None
+    shapes_basis: Text = ""
     speeds: bool = False
 
     @property

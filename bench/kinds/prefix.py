@@ -224,6 +224,16 @@ def speedup_what(config: PrefixConfig) -> str:
     return _("캐시 적중 시 TTFT가 빨라지는 배수")
 
 
+def request_shapes(config: PrefixConfig) -> list[tuple[int, int]]:
+    """Every request of a run as the run-time estimate counts it, prefill of the uncached tokens only:
+    cold and the reordered chunks prefill the whole prompt; warm and another question only what follows
+    the cached chunks (the template and question, at most). Every answer at ``max_tokens``."""
+    whole = rag_work.expected_prompt_tokens(config.top_k, config.chunk_size)
+    tail = rag_work.TEMPLATE_TOKENS
+    prefilled = {"cold": whole, "warm": tail, "other_question": tail, "reordered": whole}
+    return [(prefilled[name], config.max_tokens) for name in CASES] * config.contexts
+
+
 LAB = Lab(
     number=5,
     slug="lab5-prefix-caching",
@@ -237,6 +247,8 @@ LAB = Lab(
     minimums=MINIMUMS,
     target=Target(speedup_what, "×", measured_at("warm_speedup")),
     engine_panels=("cache",),  # the prefix cache's hits
+    request_shapes=request_shapes,
+    shapes_basis=rag_work.RECKONED,
 )
 
 

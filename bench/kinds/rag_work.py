@@ -50,6 +50,22 @@ def context_tokens(top_k: int, chunk_size: int) -> int:
     return top_k * chunk_size + TEMPLATE_TOKENS
 
 
+# Tokens a chunk-size character of retrieved text costs, for a run's expected time (not its upper bound):
+# Gemma 3's tokenizer reads the Korean chapter at 0.53-0.58 tokens a character, and chunks run a little
+# shorter than their size (2026-12-04, tokenizers over labapp/chapter/content/chapter/*.ko.md).
+TOKENS_PER_CHAR = 0.55
+
+
+def expected_prompt_tokens(top_k: int, chunk_size: int) -> int:
+    """Prompt tokens a RAG request is expected to have before any retrieval: ``top_k`` chunks of
+    ``chunk_size`` characters at the chapter's tokens per character, plus the template and question."""
+    return round(top_k * chunk_size * TOKENS_PER_CHAR) + TEMPLATE_TOKENS
+
+
+# How the run-time estimate of a RAG lab reckons its prompts (``Lab.shapes_basis``).
+RECKONED = _("프롬프트 길이는 검색 전이라 top-k × 청크 크기로 어림함")
+
+
 def rag_longest(top_k: int, chunk_size: int, max_tokens: int) -> int:
     """Tokens of a RAG request, prompt and answer."""
     return context_tokens(top_k, chunk_size) + max_tokens

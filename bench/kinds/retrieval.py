@@ -405,6 +405,14 @@ def largest_estimate(config: RetrievalConfig, prefill: float, decode: float) -> 
     return Estimate(ms, formula)
 
 
+def request_shapes(config: RetrievalConfig) -> list[tuple[int, int]]:
+    """Every request of a run as the run-time estimate counts it: each question at each top-k × chunk size,
+    its prompt reckoned from the settings, its answer at ``max_tokens`` (the most it may take)."""
+    cells = [(k, size) for k in config.top_ks for size in config.chunk_sizes]
+    one = [(rag_work.expected_prompt_tokens(k, size), config.max_tokens) for k, size in cells]
+    return one * config.questions
+
+
 LAB = Lab(
     number=4,
     slug="lab4-rag-retrieval",
@@ -417,6 +425,8 @@ LAB = Lab(
     missing=missing,
     minimums=MINIMUMS,
     target=Target(largest_what, "ms", largest_measured, largest_estimate),
+    request_shapes=request_shapes,
+    shapes_basis=rag_work.RECKONED,
 )
 
 

@@ -624,6 +624,15 @@ def saved_estimate(config: ShortConfig, prefill: float, decode: float) -> Estima
     return Estimate(saved, formula)
 
 
+def request_shapes(config: ShortConfig) -> list[tuple[int, int]]:
+    """Every request of a run as the run-time estimate counts it: each question in every variant, each
+    prefilling its whole prompt (the cache is emptied before each); the normal answer and each cap at their
+    max_tokens, the one-line answer at its usual length."""
+    prompt = rag_work.expected_prompt_tokens(config.top_k, config.chunk_size)
+    outputs = [ONE_LINE_TOKENS if is_brief else limit for is_brief, limit in config.variants().values()]
+    return [(prompt, output) for output in outputs] * config.questions
+
+
 LAB = Lab(
     number=6,
     slug="lab6-short-answers",
@@ -634,6 +643,8 @@ LAB = Lab(
     minimums=MINIMUMS,
     target=Target(saved_what, "%", measured_at("time_saved_pct"), saved_estimate, low=-100, high=100),
     notice="model_notice.html",  # its answers' words are compared: the base model's are poor, say so
+    request_shapes=request_shapes,
+    shapes_basis=rag_work.RECKONED,
 )
 
 

@@ -16,7 +16,7 @@ from django.shortcuts import redirect, render
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
-from bench import access, charts, configs, engines, kinds, palette, services
+from bench import access, charts, configs, engines, kinds, palette, plotting, services
 from bench.kinds import retrieval
 from bench.models import BenchJob
 from labapp import request_numbers
@@ -151,9 +151,10 @@ def demo_labels() -> dict[str, str]:
 
 
 def sweep_figure(job: BenchJob) -> dict[str, Any] | None:
-    """The sweep's chart so far (the kind's chart from the registry), None before its first point."""
+    """The sweep's chart so far (the kind's chart from the registry, drawn for a projector), None before its
+    first point."""
     figures = charts.charts(DEMO_KIND, [(f"#{job.pk}", job.results or {})])
-    return figures[0]["figure"] if figures else None
+    return plotting.projector(figures[0]["figure"]) if figures else None
 
 
 @login_required

@@ -59,7 +59,8 @@ def _same_settings_spans(number: int, engine_url: str, config: Any) -> list[floa
 
 # Why the estimator cannot give a run's time beforehand.
 UNSHAPED = gettext_lazy(
-    "요청의 길이가 검색한 문서에 따라 달라 추정기로 미리 셀 수 없습니다. 한 번 실행하면 그 시간으로 알려 드립니다."
+    "요청을 여러 개 동시에 보내는 실행이라 한 번에 한 요청을 세는 추정기로 미리 셀 수 없습니다. "
+    "한 번 실행하면 그 시간으로 알려 드립니다."
 )
 FIRST_SPEEDS = gettext_lazy("이 실행이 이 엔진에서 내 속도를 처음 잽니다. 잰 속도가 없어 시간을 미리 셀 수 없습니다.")
 NO_SPEEDS = gettext_lazy("이 엔진에서 잰 내 속도가 없어 추정기로 셀 수 없습니다. 실습 1을 하면 채워집니다.")
@@ -74,7 +75,10 @@ def _estimated(number: int, config: Any, speeds: Any) -> RunTime:
     if speeds is None or speeds.prefill <= 0 or speeds.decode <= 0:
         return RunTime(None, str(FIRST_SPEEDS if lab.speeds else NO_SPEEDS))
     seconds = sum(sum(gen_seconds(i, o, speeds.prefill, speeds.decode)) for i, o in shapes)
-    return RunTime(seconds, _("내 속도로 추정기에 넣은 값 (요청 %(n)d개)") % {"n": len(shapes)})
+    said = _(
+        "추정값: 실습 1에서 잰 내 속도(프리필 %(prefill).0f, 디코드 %(decode).0f tok/s)로 추정기가 셈 (요청 %(n)d개)"
+    ) % {"prefill": speeds.prefill, "decode": speeds.decode, "n": len(shapes)}
+    return RunTime(seconds, f"{said}; {lab.shapes_basis}" if lab.shapes_basis else said)
 
 
 def run_time(number: int, engine_url: str, speeds: Any) -> RunTime:

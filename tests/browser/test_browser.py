@@ -253,6 +253,8 @@ def test_the_team_demo_sweeps_live_and_asks_two_settings_side_by_side(
     assert page.locator("#demo-progress").get_attribute("data-status") == "done"
     assert page.locator("#demo-chart").get_attribute("data-cells") == "2"
     assert page.locator("#demo-chart .main-svg").count() >= 1
+    # Redrawn after the last round of questions, not only when a point is added: each point's interval shows.
+    assert page.locator("#demo-chart .errorbar path").count() >= 2
     assert page.locator("script[src*='plotly-cartesian']").count() == 1  # the partial bundle, once
     caption = page.locator("#demo-caption")  # computed from the two points, each a median of several questions
     assert caption.is_visible() and caption.inner_text().startswith("문맥 ") and "TPOT" in caption.inner_text()

@@ -108,6 +108,21 @@ def test_each_point_is_the_median_of_several_questions_with_its_interval() -> No
     assert tpot[0]["error_y"]["array"] == [9.0, 9.0] and tpot[0]["error_y"]["arrayminus"] == [7.0, 7.0]
 
 
+def test_the_demos_intervals_show_beside_its_markers_on_a_projector() -> None:
+    """Its 1.2 px bars with 4 px caps vanished under the projector's 14 px markers."""
+    ttfts = {1: 300.0, 2: 400.0}
+    cells = [_point(200, k, 60.0 * k, t, 95.0) | {"ci_ttft_ms": [t - 10, t + 20]} for k, t in ttfts.items()]
+    figure = demo.sweep_figure(BenchJob(pk=7, kind=demo.DEMO_KIND, results={"cells": cells}))
+    assert figure is not None
+    ttft = next(t for t in figure["data"] if t["xaxis"] == "x")
+    bars, marker = ttft["error_y"], ttft["marker"]
+    assert bars["visible"] is True and bars["thickness"] >= 3 and bars["width"] * 2 > marker["size"]
+    assert marker["symbol"].endswith("-open") and marker["line"]["width"] >= 2  # a short bar shows through it
+    assert bars["array"] == [20.0, 20.0] and bars["arrayminus"] == [10.0, 10.0]  # the interval itself, unchanged
+    page_bars = retrieval.chart([("#1", {"cells": cells})])["data"][0]["error_y"]  # Lab 4's and the job page's
+    assert page_bars["visible"] is True and page_bars["thickness"] >= 2 and page_bars["width"] >= 6
+
+
 def test_the_caption_is_computed_from_the_points_and_never_claims_what_they_do_not_show() -> None:
     flat = [_point(200, 1, 65.0, 292.0, 98.0), _point(1000, 6, 1935.0, 3868.0, 103.0)]
     assert demo.caption({"cells": flat}) == [

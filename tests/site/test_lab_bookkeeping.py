@@ -208,12 +208,44 @@ def test_the_run_time_comes_from_runs_with_the_same_settings_on_the_same_engine_
 def test_a_run_time_the_estimator_cannot_give_says_why_never_just_first_run(learner: User) -> None:
     speeds = type("S", (), {"prefill": 1000.0, "decode": 50.0})()
     first = lab_selectors.run_time(1, ENGINE, None)  # Lab 1 measures the speeds the estimator needs
-    unshaped = lab_selectors.run_time(5, ENGINE, speeds)  # the RAG labs' lengths depend on what is retrieved
+    unshaped = lab_selectors.run_time(3, ENGINE, speeds)  # the load lab sends its requests at once
     assert first.seconds is None and unshaped.seconds is None
     for said_so in (first.basis, unshaped.basis, lab_selectors.run_time(2, ENGINE, None).basis):
         assert "처음 실행이라" not in said_so and said_so
-    assert "속도" in first.basis and "검색" in unshaped.basis
+    assert "속도" in first.basis and "동시에" in unshaped.basis
     assert lab_selectors.run_time(2, ENGINE, speeds).seconds is not None  # the sweep's requests are fixed
+
+
+@pytest.mark.parametrize("number", [4, 5, 6])
+def test_a_rag_lab_estimates_its_first_run_from_lab_1s_speeds_else_says_why_not(learner: User, number: int) -> None:
+    page = _client(learner).get(f"/labs/{number}/").content.decode()
+    assert 'data-seconds=""' in page and "실습 1을 하면 채워집니다" in page  # no Lab 1 on this engine yet
+    _job(learner, 1)  # the learner's speeds on this engine, and no run of this lab
+    shapes = LABS[number].declared.shapes(lab_services.run_settings(number))
+    assert shapes and all(i > 0 and o > 0 for i, o in shapes)
+    estimated = lab_selectors.run_time(number, ENGINE, _speeds(learner))
+    assert estimated.seconds is not None and estimated.seconds > 0
+    page = _client(learner).get(f"/labs/{number}/").content.decode()
+    assert f'data-seconds="{estimated.seconds}"' in page and "약 " in page
+    assert "실습 1에서 잰 내 속도" in page and "top-k × 청크 크기로 어림" in page
+
+
+def _speeds(user: User) -> Any:
+    from bench import selectors as bench_selectors
+
+    return bench_selectors.learner_speeds(user, ENGINE)
+
+
+def test_a_rag_labs_estimate_grows_with_what_its_settings_retrieve() -> None:
+    """The reckoned prompt follows top-k × chunk size, so a larger retrieval is estimated slower."""
+    from bench.kinds import prefix, retrieval, short
+
+    small, large = retrieval.RetrievalConfig(top_ks=(1,)), retrieval.RetrievalConfig(top_ks=(5,))
+    assert sum(i for i, _o in retrieval.request_shapes(large)) > sum(i for i, _o in retrieval.request_shapes(small))
+    cold, warm, *_rest = prefix.request_shapes(prefix.PrefixConfig(contexts=1))
+    assert cold[0] > warm[0]  # the warm ask prefills only what follows its cached chunks
+    variants = short.request_shapes(short.ShortConfig(questions=1, caps=(16,)))
+    assert [o for _i, o in variants] == [160, short.ONE_LINE_TOKENS, 16]
 
 
 def test_a_failed_checks_advice_is_shown_with_a_run_again_button(

@@ -62,13 +62,10 @@
     return out;
   }
   if (progress && chart) {
-    let drawnCells = -1;
+    let drawn = "";  // the figure last drawn: a later round of questions changes the medians, not the count of points
     let figure = null;
-    // Thick lines and big markers: a projector washes thin ones out.
-    const bigTraces = (traces) => traces.map((t) => Object.assign({}, t, {
-      line: Object.assign({}, t.line, { width: 5 }), marker: Object.assign({}, t.marker, { size: 14 }),
-    }));
-    const draw = () => window.Plotly.react(chart, bigTraces(figure.data), bigLayout(figure.layout), { displaylogo: false, displayModeBar: false, responsive: true });
+    // The traces come drawn for a projector (bench.plotting.projector: thick lines, hollow markers, wide bars).
+    const draw = () => window.Plotly.react(chart, figure.data, bigLayout(figure.layout), { displaylogo: false, displayModeBar: false, responsive: true });
     window.addEventListener("resize", () => { if (figure && window.Plotly) draw(); });
     async function poll() {
       const response = await fetch(`/demo/sweep/${progress.dataset.job}.json`, { headers: { Accept: "application/json" } });
@@ -88,10 +85,11 @@
         caption.replaceChildren(...(m.caption || []).map((line) => Object.assign(document.createElement("span"), { textContent: line })));
         caption.hidden = !(m.caption || []).length;
       }
-      if (m.figure && m.cells !== drawnCells && window.Plotly) {
+      const shown = JSON.stringify(m.figure || null);
+      if (m.figure && shown !== drawn && window.Plotly) {
         figure = m.figure;
         draw();
-        drawnCells = m.cells;
+        drawn = shown;
         chart.dataset.cells = String(m.cells);
       }
         if (["queued", "running"].includes(m.status)) setTimeout(poll, 1500);
@@ -102,6 +100,7 @@
     if (saved && window.Plotly) {
       figure = saved;
       draw();
+      drawn = JSON.stringify(saved);
     }
     poll();  // the state in words, and the chart again once it has more points
   }
