@@ -628,7 +628,8 @@ def request_shapes(config: ShortConfig) -> list[tuple[int, int]]:
     """Every request of a run as the run-time estimate counts it: each question in every variant, each
     prefilling its whole prompt (the cache is emptied before each); the normal answer and each cap at their
     max_tokens, the one-line answer at its usual length."""
-    prompt = rag_work.expected_prompt_tokens(config.top_k, config.chunk_size)
+    shape = round(len(ANSWER_SHAPE) * rag_work.TOKENS_PER_CHAR)  # the worked answers every prompt carries
+    prompt = rag_work.expected_prompt_tokens(config.top_k, config.chunk_size) + shape
     outputs = [ONE_LINE_TOKENS if is_brief else limit for is_brief, limit in config.variants().values()]
     return [(prompt, output) for output in outputs] * config.questions
 
