@@ -16,9 +16,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.utils.translation import gettext as _
-
 from labapp import addresses
+from labapp.said import gettext as _  # an answer's error is saved and said again in each reader's language
 from rag import answer_guard, plaintext, prompting, retrieval
 from rag.access import CollectionRef
 from rag.estimator import gen_seconds

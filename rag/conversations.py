@@ -12,10 +12,9 @@ from django.db.models import QuerySet
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from labapp import addresses
 from rag import access
 from rag.chat import AnswerRun
-from rag.models import Answer, Conversation
+from rag.models import Answer, Conversation, error_fields
 
 # A row still "streaming" after this long lost its process (a restart mid-answer): it no
 # longer counts against the learner's limit of answers at once.
@@ -128,10 +127,12 @@ def answer_finish(*, answer_id: int, run: AnswerRun, status: Answer.Status) -> A
     answer.status = status
     answer.text = run.record.generated_text
     answer.prompt = run.prompt.text if run.prompt else ""
-    answer.error = addresses.scrubbed(run.error)  # an engine's error names it: never with its credentials
+    # An engine's error names it: never saved with its credentials (``error_fields``).
+    fields = error_fields(run.error)
+    answer.error, answer.error_said = fields["error"], fields["error_said"]
     answer.sources = run.sources
     answer.timings = run.timings() | {"notices": run.notices}
-    answer.save(update_fields=["status", "text", "prompt", "error", "sources", "timings"])
+    answer.save(update_fields=["status", "text", "prompt", "error", "error_said", "sources", "timings"])
     return answer
 
 
@@ -164,7 +165,7 @@ def answer_payload(answer: Answer) -> dict[str, Any]:
         "settings": answer.settings,
         "text": answer.text,
         "status": answer.status,
-        "error": addresses.scrubbed(answer.error),  # and an answer saved before that rule
+        "error": answer.error_shown,  # in the reader's language, without credentials
         "sources": answer.sources,
         "timings": answer.timings,
         "prompt": answer.prompt,

@@ -18,7 +18,8 @@ from pathlib import Path, PurePath
 from typing import Any
 
 from django.conf import settings
-from django.utils.translation import gettext as _
+
+from labapp.said import gettext as _  # a refusal can be a document's saved failure: said again per reader
 
 MAX_BYTES = 5 * 1024 * 1024
 MAX_LABEL = "5 MB"

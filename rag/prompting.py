@@ -11,8 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from django.utils.translation import gettext as _
-
+from labapp.said import gettext as _  # a settings error can be an answer's saved error
 from rag.chunking import CHUNK_SIZES
 
 MAX_QUESTION_CHARS = 2000

@@ -18,13 +18,12 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, QuerySet, Sum
 from django.utils import timezone
-from django.utils.translation import gettext as _
 
-from labapp import addresses
+from labapp.said import gettext as _  # a document's failure reason is said again in each reader's language
 from rag import access, chunking, documents, embeddings, retrieval, vectorstore
 from rag.documents import DocumentRejected
 from rag.models import CHAPTER_COLLECTION as CHAPTER_COLLECTION  # defined with the models, used from here
-from rag.models import Document, IndexedSource
+from rag.models import Document, IndexedSource, error_fields
 
 # A running ingestion bumps its row's updated_at this often (embedding one chunk size of a
 # large file takes minutes); one silent for INGEST_STALE_S lost its worker.
@@ -158,6 +157,7 @@ def document_upload(
         "status": Document.Status.QUEUED,
         "progress": 0,
         "error": "",
+        "error_said": None,
         "chunk_counts": {},
         "resent_at": None,
     }
@@ -227,7 +227,12 @@ def document_ingest(*, document: Document, sizes: tuple[int, ...] = chunking.CHU
     """
     current = Document.objects.filter(pk=document.pk, content_hash=document.content_hash)
     started = current.update(
-        status=Document.Status.INGESTING, progress=0, error="", chunk_counts={}, updated_at=timezone.now()
+        status=Document.Status.INGESTING,
+        progress=0,
+        error="",
+        error_said=None,
+        chunk_counts={},
+        updated_at=timezone.now(),
     )
     if not started:
         return _document_refreshed(document)
@@ -264,10 +269,8 @@ def document_ingest(*, document: Document, sizes: tuple[int, ...] = chunking.CHU
         try:
             _source_remove(collection=document.collection, source=document.source)
         except Exception as cleanup:  # Chroma is down: the next ingestion replaces what is left
-            reason += f" (cleanup failed: {type(cleanup).__name__}: {cleanup})"
-        # An embedding server's or Chroma's error names its address: saved without its credentials.
-        reason = addresses.scrubbed(reason)[:2000]
-        current.update(status=Document.Status.FAILED, progress=0, error=reason, chunk_counts={})
+            reason += _(" (정리 실패: %(why)s)") % {"why": f"{type(cleanup).__name__}: {cleanup}"}
+        current.update(status=Document.Status.FAILED, progress=0, chunk_counts={}, **error_fields(reason))
     return _document_refreshed(document)
 
 
@@ -317,19 +320,19 @@ def documents_reap_stale() -> int:
     for document in Document.objects.filter(status=Document.Status.INGESTING, updated_at__lt=cutoff).only(
         "pk", "collection", "updated_at", "progress"
     ):
-        reason = (
-            f"The worker ingesting this document was lost at {document.progress} % (silent for more than "
-            f"{INGEST_STALE_S:.0f} s); upload the file again."
-        )
+        reason = _(
+            "이 문서를 색인하던 작업자가 %(progress)d %% 지점에서 사라졌습니다 (%(seconds).0f초 넘게 응답 없음). "
+            "파일을 다시 올려 주세요."
+        ) % {"progress": document.progress, "seconds": INGEST_STALE_S}
         lost = Document.objects.filter(pk=document.pk, status=Document.Status.INGESTING, updated_at=document.updated_at)
-        if not lost.update(status=Document.Status.FAILED, progress=0, error=reason, chunk_counts={}):
+        if not lost.update(status=Document.Status.FAILED, progress=0, chunk_counts={}, **error_fields(reason)):
             continue  # it beat or finished meanwhile
         reaped += 1
         try:
             _source_remove(collection=document.collection, source=document.source)
         except vectorstore.RetrievalUnavailable as exc:  # the next ingestion replaces what is left
-            failed = addresses.scrubbed(f"{reason} (cleanup failed: {exc})")
-            Document.objects.filter(pk=document.pk).update(error=failed[:2000])
+            failed = reason + _(" (정리 실패: %(why)s)") % {"why": str(exc)}
+            Document.objects.filter(pk=document.pk).update(**error_fields(failed))
     return reaped
 
 
@@ -351,7 +354,7 @@ def _queued_resend_or_fail() -> int:
         "않았습니다 (작업 대기열이 재시작되었을 수 있습니다). 파일을 다시 올려 주세요."
     ) % {"seconds": stale_s}
     return queued.filter(resent_at__lt=cutoff).update(
-        status=Document.Status.FAILED, progress=0, error=reason, chunk_counts={}
+        status=Document.Status.FAILED, progress=0, chunk_counts={}, **error_fields(reason)
     )
 
 

@@ -15,6 +15,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
+from django.utils import translation
 
 from labapp.ops import scripted
 from rag import chunking, retrieval, services, vectorstore
@@ -452,7 +453,9 @@ def test_an_ingestion_silent_past_the_stale_limit_is_failed_by_the_page_and_its_
     rows = learner_client.get("/documents/rows/").content.decode()
     lost.refresh_from_db()
     assert (lost.status, lost.progress, lost.chunk_counts) == ("failed", 0, {})
-    assert "lost at 33 %" in lost.error and lost.error.endswith("upload the file again.")
+    assert "33 % 지점에서 사라졌습니다" in lost.error  # the site's language; each reader reads it in theirs
+    with translation.override("en"):
+        assert "lost at 33 %" in lost.error_shown and lost.error_shown.endswith("upload the file again.")
     assert 'data-status="failed"' in rows
     assert chroma_deletes == [(lost.collection, {"source": lost.source})]
     assert not IndexedSource.objects.filter(source=lost.source).exists()
