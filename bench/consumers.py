@@ -6,7 +6,6 @@ import time
 from typing import Any
 
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.contrib.auth.models import AnonymousUser
 from django.http import Http404
 
@@ -21,8 +20,7 @@ def group_name(job_id: int) -> str:
     return f"bench-job-{job_id}"
 
 
-class JobProgressConsumer(AsyncJsonWebsocketConsumer):
-    ended = False  # closed because its session ended: later events are dropped
+class JobProgressConsumer(sockets.SessionSocket):
     checked_at = 0.0  # when the session was last re-read (time.monotonic)
 
     async def connect(self) -> None:
@@ -51,7 +49,7 @@ class JobProgressConsumer(AsyncJsonWebsocketConsumer):
         await self._still_signed_in()
 
     async def job_progress(self, event: dict[str, Any]) -> None:
-        if self.ended:
+        if self.session_over:
             return
         # Pushes may come many a second: the session is re-read at most once a second.
         if time.monotonic() - self.checked_at >= RECHECK_PUSH_S and not await self._still_signed_in():
@@ -59,15 +57,9 @@ class JobProgressConsumer(AsyncJsonWebsocketConsumer):
         await self.send_json({key: value for key, value in event.items() if key != "type"})
 
     async def user_signed_out(self, event: dict[str, Any]) -> None:
-        if not self.ended and await sockets.ends_session(event, self.scope):
-            await self._end()
+        if not self.session_over and await sockets.ends_session(event, self.scope):
+            await self.end_session()
 
     async def _still_signed_in(self) -> bool:
         self.checked_at = time.monotonic()
-        if not self.ended and not await sockets.still_signed_in(self.scope):
-            await self._end()  # an event missed (layer down) ends it here
-        return not self.ended
-
-    async def _end(self) -> None:
-        self.ended = True
-        await self.close(code=sockets.CLOSE_SIGNED_OUT)
+        return await self.session_still_valid()  # an event missed (layer down) ends it here

@@ -14,8 +14,8 @@ then rotates it. Their sockets close all the same (a socket holds the user as it
 connect, and the page reconnects within seconds with the user as now).
 
 What no event can reach (the channel layer down, a query-set ``update()`` that sends no
-signal) the sockets still catch: each re-checks its session on every frame
-(``labapp.sockets.session_valid``).
+signal) the sockets still catch: each re-checks its session on every frame, and every
+``SOCKET_SESSION_RECHECK_S`` seconds while idle (``labapp.sockets.SessionSocket``).
 """
 
 from __future__ import annotations

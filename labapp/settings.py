@@ -205,6 +205,11 @@ CHANNEL_LAYERS = {
     }
 }
 
+# Every chat and job-progress socket re-reads its session this often while it receives nothing
+# (labapp.sockets.SessionSocket): a close event lost on the way leaves an idle socket open at most
+# this long. Two primary-key reads per open socket per period.
+SOCKET_SESSION_RECHECK_S = 30.0
+
 CELERY_BROKER_URL = REDIS_URL
 CELERY_RESULT_BACKEND = REDIS_URL
 CELERY_TASK_DEFAULT_QUEUE = "default"

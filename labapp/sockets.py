@@ -8,10 +8,12 @@ change, a removal from a class, a deactivation or a deletion), or when its own s
 is no longer valid. A socket of the same user's other, still signed-in browser stays
 open. No socket opens while a temporary password set by an instructor is unchanged.
 
-Events are hints: each socket also re-checks its session on every frame it receives
-(``session_valid``: the session still stored, the user still active, its password hash
-unchanged), so an event lost while the channel layer was down leaves no socket working.
-When Redis is down, signing out still succeeds and chat keeps working without the watch.
+Events are hints: each socket also re-checks its session (``session_valid``: the session
+still stored, the user still active, its password hash unchanged) on every frame it receives,
+and every ``SOCKET_SESSION_RECHECK_S`` seconds while it receives none (``SessionSocket``, the
+base of the chat and job-progress consumers), so an event lost while the channel layer was
+down leaves no socket working past that time. When Redis is down, signing out still succeeds
+and chat keeps working without the watch.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.contrib.auth import HASH_SESSION_KEY, SESSION_KEY, get_user_model
@@ -179,3 +182,56 @@ class SignOutWatch:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.layer.group_discard(self.group, self.channel), LAYER_TIMEOUT_S)
             self.channel = ""
+
+
+class SessionSocket(AsyncJsonWebsocketConsumer):  # type: ignore[misc]  # Channels ships no types
+    """The base of every socket that belongs to a signed-in session (chat, job progress).
+
+    From ``accept`` on, a timer re-reads the session every ``settings.SOCKET_SESSION_RECHECK_S``
+    seconds: a socket that receives no frame and no push, whose close event was lost (the layer
+    down, a query-set ``update()``), still ends within that time. Frames and pushes re-check
+    sooner (``session_still_valid``). The end is one step, ``end_session``: the socket closes
+    with ``CLOSE_SIGNED_OUT`` once, then ``on_session_end`` drops what it was doing.
+    """
+
+    session_over = False  # closed because its session ended: later frames and events are dropped
+    _session_timer: asyncio.Task[None] | None = None
+
+    async def on_session_end(self) -> None:
+        """What the socket drops when its session ends, after it is closed (nothing by default)."""
+
+    async def accept(self, subprotocol: str | None = None, headers: Any = None) -> None:
+        await super().accept(subprotocol, headers)
+        self._session_timer = asyncio.create_task(self._recheck_session_periodically())
+
+    async def websocket_disconnect(self, message: dict[str, Any]) -> None:
+        await self._session_timer_stop()
+        await super().websocket_disconnect(message)
+
+    async def session_still_valid(self) -> bool:
+        """Whether the session still signs the socket's user in; if not, the socket ends now."""
+        if not self.session_over and not await still_signed_in(self.scope):
+            await self.end_session()
+        return not self.session_over
+
+    async def end_session(self) -> None:
+        if self.session_over:
+            return
+        self.session_over = True
+        await self._session_timer_stop()
+        await self.close(code=CLOSE_SIGNED_OUT)
+        await self.on_session_end()
+
+    async def _recheck_session_periodically(self) -> None:
+        while not self.session_over:
+            await asyncio.sleep(float(settings.SOCKET_SESSION_RECHECK_S))
+            try:
+                await self.session_still_valid()
+            except Exception as exc:  # the database unreachable for a moment: the next period tries again
+                log.warning("socket session re-check failed (%s: %s); trying again", type(exc).__name__, exc)
+
+    async def _session_timer_stop(self) -> None:
+        timer, self._session_timer = self._session_timer, None
+        if timer is not None and timer is not asyncio.current_task():
+            timer.cancel()
+            await asyncio.gather(timer, return_exceptions=True)

@@ -9,7 +9,8 @@ Frames to the browser carry the client id: started (with the engine that answers
 picked on the engines page), retrieval, prompt, token, done (with the saved answer), error;
 a bad frame gets an error frame and the socket stays open. Signing out, and every event that
 ends the user's sessions, closes the socket; every frame is refused (the socket closed) once its
-session is no longer valid; a user who must change a temporary password gets none (labapp.sockets).
+session is no longer valid, and an idle socket finds out within ``SOCKET_SESSION_RECHECK_S``; a
+user who must change a temporary password gets none (labapp.sockets).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import re
 import time
 from typing import Any
 
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 from django.utils import translation
 from django.utils.translation import gettext as _
@@ -35,7 +35,7 @@ MAX_FRAME_BYTES = 64 * 1024
 _CLIENT_ID = re.compile(r"^[A-Za-z0-9_-]{1,40}$")
 
 
-class ChatConsumer(AsyncJsonWebsocketConsumer):
+class ChatConsumer(sockets.SessionSocket):
     # Answers stream straight to this socket; no channel layer is needed, so chat
     # keeps working while Redis is down (the sign-out watch is its own, optional listener).
     channel_layer_alias = "no-channel-layer"
@@ -57,8 +57,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             return
         cookie = (self.scope.get("cookies") or {}).get(settings.LANGUAGE_COOKIE_NAME, "")
         self.language = cookie if cookie in dict(settings.LANGUAGES) else settings.LANGUAGE_CODE
-        self.signed_out = False
-        self.watch = sockets.SignOutWatch(scope=self.scope, on_sign_out=self._signed_out)
+        self.watch = sockets.SignOutWatch(scope=self.scope, on_sign_out=self.end_session)
         await self.watch.start()
         await self.accept()
         lexical.warm_in_background()  # the Korean analyser's model, read while the learner types
@@ -73,16 +72,11 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         # A closed tab stops its answers; each saves its partial answer as stopped.
         await asyncio.gather(*[ask.stop() for ask in list(self.in_flight.values())], return_exceptions=True)
 
-    async def _signed_out(self) -> None:
-        self.signed_out = True  # frames still in flight are ignored
-        await self.close(code=sockets.CLOSE_SIGNED_OUT)
-        await self._stop_answers()
+    async def on_session_end(self) -> None:
+        await self._stop_answers()  # frames still in flight are ignored (``session_over``)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any) -> None:
-        if self.signed_out:
-            return
-        if not await sockets.still_signed_in(self.scope):  # an event missed (layer down) ends it here
-            await self._signed_out()
+        if not await self.session_still_valid():  # an event missed (layer down) ends it here
             return
         if text_data is None or len(text_data.encode()) > MAX_FRAME_BYTES:
             await self._error(_("프레임은 %(n)d KB 이하의 JSON 텍스트여야 합니다.") % {"n": MAX_FRAME_BYTES // 1024})

@@ -364,6 +364,67 @@ def test_job_progress_stops_at_the_next_push_once_the_session_is_gone(
     assert closed == {"type": "websocket.close", "code": sockets.CLOSE_SIGNED_OUT}
 
 
+def _lose_close_events(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The in-memory layer drops every ``user.signed_out`` event (as a layer down would)."""
+    layer = channel_layers["default"]
+    send = layer.group_send
+
+    async def group_send(group: str, message: dict[str, Any]) -> None:
+        if message.get("type") != sockets.SIGNED_OUT:
+            await send(group, message)
+
+    monkeypatch.setattr(layer, "group_send", group_send)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("path", ["/ws/chat/", "/ws/bench/JOB/"])
+def test_an_idle_socket_whose_close_event_was_lost_closes_within_the_recheck_period(
+    world: World, settings: Any, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """No frame and no push reach the socket after the event: only its own timer can notice."""
+    _use_layer(settings, up=True)
+    _lose_close_events(monkeypatch)
+    settings.SOCKET_SESSION_RECHECK_S = 0.5
+    client = world.client("learner")
+    job = BenchJob.objects.create(owner=world.learner, kind="speed", engine_url="http://x")
+
+    def change_password() -> None:
+        world.learner.set_password(NEW_PASSWORD)
+        world.learner.save()  # the event: sessions deleted, the close event sent (and lost)
+
+    async def go() -> tuple[bool, dict[str, Any]]:
+        socket = _socket(client, path.replace("JOB", str(job.pk)))
+        assert (await socket.connect())[0]
+        quiet_while_valid = await socket.receive_nothing(timeout=1.5)  # three periods: still signed in
+        await sync_to_async(change_password)()
+        closed: dict[str, Any] = await socket.receive_output(timeout=WAIT_S)
+        return quiet_while_valid, closed
+
+    quiet_while_valid, closed = aio.run(go())
+    assert quiet_while_valid
+    assert closed == {"type": "websocket.close", "code": sockets.CLOSE_SIGNED_OUT}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_recheck_waits_its_period(world: World, settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a period of an hour, the same lost event leaves the idle socket open for now: what
+    closes it above is the timer, not something else."""
+    _use_layer(settings, up=True)
+    _lose_close_events(monkeypatch)
+    settings.SOCKET_SESSION_RECHECK_S = 3600
+    client = world.client("learner")
+
+    async def go() -> bool:
+        socket = _socket(client)
+        assert (await socket.connect())[0]
+        await sync_to_async(_vanish)(world.learner, client.cookies["sessionid"].value)
+        quiet: bool = await socket.receive_nothing(timeout=1.5)
+        await socket.disconnect()
+        return quiet
+
+    assert aio.run(go())
+
+
 # --- the signals see every write of these fields ------------------------------------------
 
 # A query-set update() or bulk_update() sends no signal: no code may change these fields so.
