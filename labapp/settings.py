@@ -235,6 +235,9 @@ AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_CALLABLE = "labapp.accounts.locked_out"
 JOIN_CODE_FAILURE_LIMIT = 20
 JOIN_CODE_FAILURE_WINDOW_S = 15 * 60
+# Where the sign-up limits count, shared by every web process (labapp.classes.throttle): the
+# stack's Redis. "" counts in each process's cache (the unit tests: no Redis runs there).
+SIGNUP_LIMITS_REDIS_URL = REDIS_URL
 # Sign-up and joining rates (labapp.classes.throttle, which says why these defaults): new accounts
 # per address per hour, new members per class per minute.
 SIGNUPS_PER_ADDRESS_PER_HOUR = env_int("SIGNUPS_PER_ADDRESS_PER_HOUR", minimum=1, maximum=100_000)
