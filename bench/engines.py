@@ -68,7 +68,10 @@ class EngineError(ValueError):
         self.field, self.message = field, message
 
 
-def _is_web_address(url: str) -> bool:
+NOT_A_WEB_ADDRESS = gettext_lazy("http:// 또는 https:// 로 시작하는 주소여야 합니다 (예: http://gpu-box:8000).")
+
+
+def is_web_address(url: str) -> bool:
     try:
         parsed = urlparse(url)
         parsed.port  # noqa: B018 - a port out of range raises here
@@ -81,8 +84,8 @@ def engine_add(*, user: Any, name: str, base_url: str, model: str = "", hardware
     name, base_url = name.strip(), base_url.strip().rstrip("/")
     if not name:
         raise EngineError("name", _("이름을 적어 주세요."))
-    if not _is_web_address(base_url):
-        raise EngineError("base_url", _("http:// 또는 https:// 로 시작하는 주소여야 합니다 (예: http://gpu-box:8000)."))
+    if not is_web_address(base_url):
+        raise EngineError("base_url", str(NOT_A_WEB_ADDRESS))
     if Engine.objects.filter(name=name).exists():
         raise EngineError("name", _("같은 이름의 엔진이 이미 있습니다."))
     if base_url == vllm_client.base_url().rstrip("/") or Engine.objects.filter(base_url=base_url).exists():

@@ -126,7 +126,7 @@ class Engine(models.Model):
         ordering = ["name"]
 
     def __str__(self) -> str:
-        return f"{self.name} ({self.base_url})"
+        return f"{self.name} ({addresses.shown(self.base_url)})"  # the admin's history and messages show it
 
 
 def error_fields(msgid: str, **params: Any) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 from django.contrib import admin
 
+from labapp.admin_addresses import AddressesShownAdmin
 from labapp.models import Assignment, Classroom, LabSubmission, Membership
 
 
@@ -23,7 +24,9 @@ class ClassroomAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
 
 @admin.register(LabSubmission)
-class LabSubmissionAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class LabSubmissionAdmin(AddressesShownAdmin):
+    address_fields = ("engine_url",)  # the job's engine, perhaps with its credentials
+    readonly_fields = ["engine_url"]  # a record of where the hand-in's run ran
     list_display = ["user", "lab", "passed", "late", "submitted_at", "engine_url"]
     list_filter = ["lab", "passed", "late"]
     search_fields = ["user__username"]

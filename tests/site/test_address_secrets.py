@@ -6,6 +6,9 @@ with a saved error, a document whose preview finds the (credentialed, dead) conf
 down. Then every route of the URLconf (the walk of ``test_request_surface``) is read by the
 learner and by their instructor, its path filled with those rows' ids, every export format too;
 no body holds the password or the user name, and neither does any log record made meanwhile.
+Django's admin is walked the same way as a superuser: every page of every registered model's
+admin, its history after saves through the forms, and every list filtered or searched by the
+password (which must find nothing); the engine's change form keeps a credential it does not show.
 The functions that strip addresses (``labapp.addresses``) are checked on Hypothesis-made
 addresses and texts.
 """
@@ -19,7 +22,9 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
+from django.contrib import admin as django_admin
 from django.contrib.auth.models import User
+from django.db.models import CharField, Model, TextField
 from django.test import Client
 from django.utils import timezone
 from hypothesis import given
@@ -34,6 +39,7 @@ from rag.access import user_collection_name
 from rag.models import Answer, Conversation, Document
 from tests.site.test_labs import GOOD
 from tests.site.test_request_surface import ADMIN_DOORS, routes
+from tests.test_session_ends import _admin_post
 
 PASSWORD = "s3cr3t-PASSWORD-x"  # noqa: S105 - the planted secret the walk looks for
 USER = "tutor"
@@ -151,6 +157,115 @@ def test_the_walk_reaches_the_rows_it_planted(rows: dict[str, Any]) -> None:
     assert "127.0.0.1:9" in body(client.get(f"/documents/{rows['ids']['document_id']}/preview/"))
     assert "Connection refused" in body(client.get(f"/chat/{rows['ids']['conversation_id']}/"))
     assert 'name="engine"' in body(client.get("/engines/"))
+
+
+# --- Django's admin -----------------------------------------------------------------------------
+
+
+def admin_paths(model: type[Model], model_admin: Any) -> list[str]:
+    """Every page of ``model``'s admin (its own URLconf, custom pages too), each row's pages with its id."""
+    base = f"/admin/{model._meta.app_label}/{model._meta.model_name}/"
+    ids = [str(pk) for pk in model._default_manager.values_list("pk", flat=True)[:50]]
+    found = []
+    for pattern in model_admin.get_urls():
+        route = str(pattern.pattern)
+        found += [base + re.sub(r"<[^>]+>", pk, route) for pk in ids] if "<" in route else [base + route]
+    return found
+
+
+def text_fields(model: type[Model]) -> list[str]:
+    return [f.name for f in model._meta.concrete_fields if isinstance(f, CharField | TextField)]
+
+
+def _admin_saves(admin_client: Client, rows: dict[str, Any]) -> None:
+    """Saves through the admin's forms, so the history and the messages after a save name the rows."""
+    engine = rows["ids"]["engine_id"]
+    _admin_post(admin_client, f"/admin/bench/engine/{engine}/change/", lambda data: None)
+    _admin_post(admin_client, f"/admin/bench/engine/{engine}/change/", lambda data: data.update(hardware=["H200"]))
+
+
+def test_no_admin_page_of_any_registered_model_shows_an_engines_password(
+    rows: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """As a superuser: every page of every registered model's admin (list, add, each row's change,
+    history and delete pages, custom pages), the admin's index and each app's, and the history
+    after saves; no lookup or search in a list finds a row by its password."""
+    caplog.set_level(logging.INFO)
+    root = User.objects.create_superuser("addr-root")
+    client = Client(raise_request_exception=False)
+    client.force_login(root)
+    _admin_saves(client, rows)
+    pages = ["/admin/", *{f"/admin/{model._meta.app_label}/" for model in django_admin.site._registry}]
+    for model, model_admin in django_admin.site._registry.items():
+        pages += admin_paths(model, model_admin)
+    leaks, found_by_password = [], []
+    for path in pages:
+        response = client.get(path)
+        if PASSWORD in body(response) or f"{USER}:" in body(response):
+            leaks.append((path, response.status_code))
+    for model in django_admin.site._registry:
+        changelist = f"/admin/{model._meta.app_label}/{model._meta.model_name}/"
+        for query in [{"q": PASSWORD}, *({f"{name}__contains": PASSWORD} for name in text_fields(model))]:
+            response = client.get(changelist, query)
+            if response.status_code == 200 and response.context["cl"].result_count:
+                found_by_password.append((changelist, query))
+    assert len(pages) >= 50 and "/admin/bench/engine/" in pages and "/admin/labapp/labsubmission/" in pages
+    assert not leaks, "\n".join(map(str, leaks))
+    assert not found_by_password, found_by_password
+    assert PASSWORD not in caplog.text and f"{USER}:" not in caplog.text
+
+
+def test_the_admin_walk_reaches_the_addresses_it_planted(rows: dict[str, Any]) -> None:
+    client = Client()
+    client.force_login(User.objects.create_superuser("addr-root"))
+    _admin_saves(client, rows)
+    engine = rows["ids"]["engine_id"]
+    for path in (
+        "/admin/bench/engine/",
+        f"/admin/bench/engine/{engine}/change/",
+        f"/admin/bench/engine/{engine}/history/",
+        f"/admin/bench/engine/{engine}/delete/",
+        "/admin/labapp/labsubmission/",
+        f"/admin/labapp/labsubmission/{LabSubmission.objects.get().pk}/change/",
+    ):
+        assert "127.0.0.1:9" in body(client.get(path)), path  # the address, shown without its password
+    assert "GPU 상자" in body(client.get("/admin/"))  # the recent actions name the engine
+
+
+def test_saving_the_engine_change_form_unchanged_keeps_its_credentials_and_a_new_address_replaces_them(
+    rows: dict[str, Any],
+) -> None:
+    client = Client()
+    client.force_login(User.objects.create_superuser("addr-root"))
+    engine = rows["ids"]["engine_id"]
+    path = f"/admin/bench/engine/{engine}/change/"
+    seen: dict[str, list[str]] = {}
+    _admin_post(client, path, seen.update)
+    assert seen["base_url"] == ["http://127.0.0.1:9/v1"]  # what the form showed and sent back
+    assert "인증 정보(비밀번호, 토큰)는 보이지 않습니다" in body(client.get(path))  # and says why
+    assert Engine.objects.get(pk=engine).base_url == ENGINE_URL  # the credential is kept
+    _admin_post(client, path, lambda data: data.update(name=["GPU 상자 2"]))
+    assert Engine.objects.get(pk=engine).base_url == ENGINE_URL
+    assert Engine.objects.get(pk=engine).name == "GPU 상자 2"
+    _admin_post(client, path, lambda data: data.update(base_url=["https://ops:n3w-Pass@gpu-2.lab:8443/v1/"]))
+    assert Engine.objects.get(pk=engine).base_url == "https://ops:n3w-Pass@gpu-2.lab:8443/v1"  # replaced whole
+    refused = client.post(path, {"name": "x", "base_url": "gpu-box:8000", "model": "", "hardware": ""})
+    assert refused.status_code == 200 and "http://" in body(refused)  # not an address: said, nothing saved
+    assert Engine.objects.get(pk=engine).base_url == "https://ops:n3w-Pass@gpu-2.lab:8443/v1"
+
+
+def test_an_address_field_may_not_be_searched_or_filtered_in_the_admin() -> None:
+    from django.contrib.admin.sites import AdminSite
+
+    from labapp.admin_addresses import AddressesShownAdmin
+
+    class Searching(AddressesShownAdmin):
+        address_fields = ("base_url",)
+        search_fields = ["name", "base_url"]
+        list_filter = ["model", "base_url"]
+
+    errors = Searching(Engine, AdminSite()).check()
+    assert [e.id for e in errors] == ["labapp.E001", "labapp.E001"]
 
 
 def test_a_pick_names_the_engine_by_its_id_and_an_unknown_one_is_refused(rows: dict[str, Any]) -> None:
