@@ -33,7 +33,7 @@ from django.db import close_old_connections
 from django.utils import translation
 from django.utils.translation import gettext as _
 
-from labapp import addresses
+from labapp import addresses, request_numbers
 from rag import access, chat, conversations, prompting, retrieval
 from rag.models import Answer
 
@@ -345,7 +345,7 @@ async def browser_timing(*, user: AbstractBaseUser, content: Frame) -> Frame:
     answer, and the websocket's own cost it implies. ``Refused`` for a bad frame or an unknown answer."""
     answer_id = content.get("answer_id")
     first, done = content.get("first_token_ms"), content.get("done_ms")
-    valid = isinstance(answer_id, int) and all(
+    valid = _frame_id(answer_id) is not None and all(
         v is None or (isinstance(v, int | float) and 0 <= v < 86_400_000) for v in (first, done)
     )
     if not valid:
@@ -363,9 +363,14 @@ async def browser_timing(*, user: AbstractBaseUser, content: Frame) -> Frame:
     }
 
 
+def _frame_id(value: Any) -> int | None:
+    """An id in a frame: a JSON whole number (not a string, not true) within ``request_numbers``' bounds."""
+    return request_numbers.whole(value, low=1) if isinstance(value, int) else None
+
+
 def _optional_id(value: Any, name: str) -> int | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if (found := _frame_id(value)) is None:
         raise prompting.SettingsError(_("%(name)s: 양의 정수 또는 null이어야 합니다.") % {"name": name})
-    return value
+    return found

@@ -831,3 +831,12 @@ def test_an_estimate_far_off_says_which_half_missed_and_the_answers_own_speed_be
     assert chat.estimate(answered(500, 41, 0.5, 2.6), speeds)["off"] is None  # type: ignore[index]
     labels = views.chat_labels()
     assert {"{ratio}", "{answer}", "{lab}"} <= set(re.findall(r"\{\w+\}", labels["estimate_off_decode"]))
+
+
+@pytest.mark.parametrize("bad", [0, -1, 10**18, 2**63, 10**30, True, "7", 7.0, [7]])
+def test_an_id_in_a_frame_is_a_json_whole_number_within_request_numbers_bounds(bad: Any) -> None:
+    from rag import ask
+
+    assert ask._optional_id(7, "conversation") == 7 and ask._optional_id(None, "parent") is None
+    with pytest.raises(prompting.SettingsError, match="conversation"):
+        ask._optional_id(bad, "conversation")
