@@ -12,14 +12,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from django.utils.translation import gettext as _
+from labapp.said import gettext as _  # a saved config that no longer reads fails its job: said per reader
 
 
 class ConfigError(ValueError):
     """A setting that cannot run; ``field`` is the form field (or JSONL file) it came from."""
 
     def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
+        super().__init__(field + ": " + message)  # keeps the message's msgid (``labapp.said``)
         self.field = field
         self.message = message
 

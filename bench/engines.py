@@ -8,7 +8,7 @@ import contextlib
 import hashlib
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
 
@@ -16,10 +16,10 @@ from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.core.cache import cache
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
+from django.utils.translation import gettext_lazy, gettext_noop
 
 from bench.models import Engine
-from labapp import addresses
+from labapp import addresses, said
 from rag.vllm import client as vllm_client
 
 SESSION_KEY = "engine_url"
@@ -100,12 +100,12 @@ PROBE_TIMEOUT_S = 2.0  # one probe in all: an engine that answers later is down 
 # What a learner reads for a failed probe: a short reason, never the error's own text (which
 # would make a registered address a port scanner).
 REASONS = {
-    "unreachable": gettext_lazy("연결할 수 없습니다"),
-    "timeout": gettext_lazy("시간 초과"),
-    "http_status": gettext_lazy("오류로 응답했습니다"),
-    "not_openai": gettext_lazy("응답 형식이 OpenAI 호환이 아닙니다"),
-    "no_model": gettext_lazy("제공하는 모델이 없습니다"),
-    "model_missing": gettext_lazy("등록한 모델을 제공하지 않습니다"),
+    "unreachable": gettext_noop("연결할 수 없습니다"),
+    "timeout": gettext_noop("시간 초과"),
+    "http_status": gettext_noop("오류로 응답했습니다"),
+    "not_openai": gettext_noop("응답 형식이 OpenAI 호환이 아닙니다"),
+    "no_model": gettext_noop("제공하는 모델이 없습니다"),
+    "model_missing": gettext_noop("등록한 모델을 제공하지 않습니다"),
 }
 
 
@@ -113,8 +113,8 @@ REASONS = {
 class Probe:
     """One engine's state: up with its model, max length, version and round trip, or down with why.
 
-    ``reason`` is for everyone, in the reader's language (``why`` is its key in REASONS, so a
-    result kept in the cache reads right in either language); ``detail`` (an HTTP status, a
+    ``reason`` is for everyone, in the reader's language (``why`` keeps it as ``labapp.said`` does,
+    so a result kept in the cache reads right in either language); ``detail`` (an HTTP status, a
     content type, an exception's class name) is for those who may register engines.
     """
 
@@ -123,12 +123,12 @@ class Probe:
     model: str = ""
     max_model_len: int | None = None
     version: str = ""
-    why: str = ""
+    why: dict[str, Any] = field(default_factory=dict)
     detail: str = ""
 
     @property
     def reason(self) -> str:
-        return str(REASONS[self.why]) if self.why else ""
+        return said.shown("", self.why)
 
 
 async def probe(choice: Choice, timeout: float = PROBE_TIMEOUT_S) -> Probe:
@@ -137,7 +137,7 @@ async def probe(choice: Choice, timeout: float = PROBE_TIMEOUT_S) -> Probe:
         info = await vllm_client.probe(choice.url, wanted=choice.model or None, timeout=timeout)
     except vllm_client.EngineUnavailable as exc:
         ms = round((time.perf_counter() - started) * 1000)
-        return Probe(False, ms, why=exc.reason, detail=exc.detail)
+        return Probe(False, ms, why=said.kept(said.gettext(REASONS[exc.reason])).form, detail=exc.detail)
     ms = round((time.perf_counter() - started) * 1000)
     return Probe(True, ms, info.model, info.max_model_len, info.version)
 

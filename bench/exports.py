@@ -238,7 +238,7 @@ def job_json(job: Any, *, model: str = "") -> dict[str, Any]:
         "id": job.pk,
         "kind": job.kind,
         "status": job.status,
-        "error": job.error,
+        "error": job.error_shown,  # in the reader's language (``labapp.said``)
         "config": job.config,
         "engine_url": addresses.shown(job.engine_url),
         "created_at": job.created_at.isoformat() if job.created_at else None,

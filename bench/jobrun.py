@@ -17,12 +17,12 @@ from asgiref.sync import async_to_sync, sync_to_async
 from django.conf import settings
 from django.db.models import QuerySet
 from django.utils import timezone
-from django.utils.translation import gettext_noop
 
 from bench import kinds, reaper
 from bench.engine_lock import EngineBusy, EngineLease
-from bench.models import BenchJob, error_fields
-from labapp import addresses
+from bench.models import BenchJob
+from labapp import said
+from labapp.said import gettext as _  # a job's error is saved and said again in each reader's language
 from rag.vllm import client as vllm_client
 
 logger = logging.getLogger(__name__)
@@ -120,24 +120,23 @@ class JobRun:
         if job.attempts >= most:
             BenchJob.objects.filter(pk=job.pk, status=job.status, attempts=job.attempts).update(
                 status=BenchJob.Status.FAILED,
-                **error_fields(
-                    gettext_noop(
+                **BenchJob.error_fields(
+                    _(
                         "작업이 %(attempts)d번 시작되었고 매번 워커가 사라졌습니다 (시도 %(attempt)d/%(most)d). "
                         "다시 시작되지 않습니다: 다시 실행하세요."
-                    ),
-                    attempts=job.attempts,
-                    attempt=job.attempts,
-                    most=most,
+                    )
+                    % {"attempts": job.attempts, "attempt": job.attempts, "most": most}
                 ),
                 finished_at=timezone.now(),
                 current_cell="",
             )
             return False
         self.attempt = job.attempts + 1
-        restarted = gettext_noop(
-            "시도 %(lost)d의 워커가 작업 도중 사라져 처음부터 다시 시작했습니다 (시도 %(attempt)d/%(most)d)."
-        )
-        said = error_fields(restarted, lost=job.attempts, attempt=self.attempt, most=most) if job.attempts else {}
+        restarted = ""  # the first start says nothing; a start over says why
+        if job.attempts:
+            restarted = _(
+                "시도 %(lost)d의 워커가 작업 도중 사라져 처음부터 다시 시작했습니다 (시도 %(attempt)d/%(most)d)."
+            ) % {"lost": job.attempts, "attempt": self.attempt, "most": most}
         now = timezone.now()
         claimed = BenchJob.objects.filter(pk=job.pk, status=job.status, attempts=job.attempts).update(
             status=BenchJob.Status.RUNNING,
@@ -147,7 +146,7 @@ class JobRun:
             attempts=self.attempt,
             done_requests=0,
             results={},  # a redelivered job starts over: exactly one set of results
-            **(said or {"error": "", "error_text": {}}),
+            **BenchJob.error_fields(restarted),
         )
         if not claimed:
             return False  # another delivery claimed it first
@@ -216,39 +215,32 @@ class JobRun:
         """Done, cancelled, or failed (stopped at the time limit, or with failed requests); results kept."""
         failed = [c for c in results["cells"] if c["failed"]]
         status = BenchJob.Status.CANCELLED if cancelled else BenchJob.Status.DONE
-        error: dict[str, Any] = {"error": "", "error_text": {}}
+        error = ""
         if self.timed_out:
             status = BenchJob.Status.FAILED
-            error = error_fields(
-                gettext_noop(
-                    "시간 제한(%(limit)s초)에 걸려 요청 %(total)d개 중 %(done)d개를 마치고 멈췄습니다. "
-                    "마친 요청의 결과는 남겨 두었습니다."
-                ),
-                limit=JOB_TIME_LIMIT_S,
-                done=self.done,
-                total=self.total,
-            )
+            error = _(
+                "시간 제한(%(limit)s초)에 걸려 요청 %(total)d개 중 %(done)d개를 마치고 멈췄습니다. "
+                "마친 요청의 결과는 남겨 두었습니다."
+            ) % {"limit": JOB_TIME_LIMIT_S, "done": self.done, "total": self.total}
         elif failed and not cancelled:
             status = BenchJob.Status.FAILED
             count = sum(c["failed"] for c in failed)
             reasons = "; ".join(sorted({e for c in failed for e in c["errors"]}))[:1800]
-            error = error_fields(
-                gettext_noop("요청 %(count)d개가 실패했습니다: %(reasons)s"), count=count, reasons=reasons
-            )
+            error = _("요청 %(count)d개가 실패했습니다: %(reasons)s") % {"count": count, "reasons": reasons}
+        saved = BenchJob.error_fields(error)
         # Only while the row is still this run's: a run reaped as lost meanwhile leaves the row as the reaper left it.
-        if self.mine.update(status=status, results=results, **error, finished_at=timezone.now(), current_cell=""):
+        if self.mine.update(status=status, results=results, **saved, finished_at=timezone.now(), current_cell=""):
             async_to_sync(self.push)({"status": str(status)})
 
     def fail(self, exc: Exception) -> None:
         """Failed with the exception's reason, keeping the ``partial_results`` it carries (what was measured)."""
         if isinstance(exc, TimeoutError) and self.limit is not None and self.limit.expired():
-            error = error_fields(
-                gettext_noop("멈췄습니다: 요청 하나가 작업의 시간 제한(%(limit)s초)이 지나도록 끝나지 않았습니다."),
-                limit=JOB_TIME_LIMIT_S,
-            )
-        else:  # the exception's own words (technical, in English), as every log has them
-            error = {"error": addresses.scrubbed(f"{type(exc).__name__}: {exc}")[:2000], "error_text": {}}
-        fields: dict[str, Any] = {"status": BenchJob.Status.FAILED, **error}
+            error = _("멈췄습니다: 요청 하나가 작업의 시간 제한(%(limit)s초)이 지나도록 끝나지 않았습니다.") % {
+                "limit": JOB_TIME_LIMIT_S
+            }
+        else:  # the exception's own words (in English unless it is one of ours), as every log has them
+            error = _("작업이 오류로 멈췄습니다: %(why)s") % {"why": said.exception(exc)}
+        fields: dict[str, Any] = {"status": BenchJob.Status.FAILED, **BenchJob.error_fields(error)}
         partial = getattr(exc, "partial_results", None)
         if isinstance(partial, dict):
             fields["results"] = partial

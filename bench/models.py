@@ -5,11 +5,10 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import models
-from django.utils import translation
 from django.utils.choices import BaseChoiceIterator
 from django.utils.translation import gettext_lazy as _
 
-from labapp import addresses
+from labapp import addresses, said
 
 if TYPE_CHECKING:
     from bench.kinds.registry import JobKind
@@ -29,8 +28,10 @@ class KindChoices(BaseChoiceIterator):
         yield from registry.choices()
 
 
-class BenchJob(models.Model):
+class BenchJob(said.KeepsError, models.Model):
     """A benchmark job: the database row is the source of truth for its state and results."""
+
+    error_form_field = "error_text"
 
     class Status(models.TextChoices):
         QUEUED = "queued", _("대기 중")
@@ -49,8 +50,9 @@ class BenchJob(models.Model):
     total_requests = models.PositiveIntegerField(default=0)
     current_cell = models.CharField(max_length=200, blank=True)
     attempts = models.PositiveSmallIntegerField(default=0)
-    error = models.TextField(blank=True)  # the error as written (the site's language; logs and exports)
-    # Our own error message, kept to be worded in each reader's language: {"msgid", "params"} ({}: none).
+    # Saved through ``error_fields`` and read through ``error_shown`` (``labapp.said.KeepsError``): the
+    # error as the site says it (logs), and its form to say it in each reader's language ({}: none).
+    error = models.TextField(blank=True)
     error_text = models.JSONField(default=dict, blank=True)
     results = models.JSONField(default=dict)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -71,18 +73,6 @@ class BenchJob(models.Model):
     class Meta:
         ordering = ["-created_at"]
         indexes = [models.Index(fields=["owner", "lab"], name="benchjob_owner_lab")]
-
-    @property
-    def error_shown(self) -> str:
-        """The error in the reader's language when it is one of ours, else as written; either way
-        without an address's credentials (a row saved before they were scrubbed at the save)."""
-        msgid = self.error_text.get("msgid") if isinstance(self.error_text, dict) else None
-        if msgid:
-            try:
-                return addresses.scrubbed(str(translation.gettext(msgid) % (self.error_text.get("params") or {})))
-            except (KeyError, TypeError, ValueError):
-                pass  # a catalog that no longer matches the saved parameters: the text as written
-        return addresses.scrubbed(self.error)
 
     @property
     def progress_percent(self) -> int:
@@ -127,13 +117,3 @@ class Engine(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({addresses.shown(self.base_url)})"  # the admin's history and messages show it
-
-
-def error_fields(msgid: str, **params: Any) -> dict[str, Any]:
-    """The fields of a job's error made from one of our messages (marked with gettext_noop):
-    ``error`` in the site's language, and ``error_text`` to word it for each reader; a text among
-    ``params`` (an engine's error) without an address's credentials."""
-    params = {key: addresses.scrubbed(value) if isinstance(value, str) else value for key, value in params.items()}
-    with translation.override(settings.LANGUAGE_CODE):
-        text = translation.gettext(msgid) % params if params else translation.gettext(msgid)
-    return {"error": text[:2000], "error_text": {"msgid": msgid, "params": params}}

@@ -13,9 +13,9 @@ from datetime import timedelta
 from django.conf import settings
 from django.db.models.functions import Coalesce
 from django.utils import timezone
-from django.utils.translation import gettext_noop
 
-from bench.models import BenchJob, error_fields
+from bench.models import BenchJob
+from labapp.said import gettext as _  # the reason is saved and said again in each reader's language
 
 MAX_ATTEMPTS = 2  # a job whose worker was lost is started over once; the next delivery fails it
 
@@ -38,17 +38,19 @@ def jobs_reap_stale() -> int:
     )
     reaped = 0
     for job in stale:
-        error = error_fields(
-            gettext_noop(
+        error = BenchJob.error_fields(
+            _(
                 "이 작업을 실행하던 워커가 작업 도중 사라졌습니다 (시도 %(attempt)d/%(most)d): %(stale)d초 넘게 "
                 "아무 신호가 없었고, 요청 %(total)d개 중 %(done)d개를 마친 뒤였습니다. "
                 "이어서 실행되지 않습니다: 다시 실행하세요."
-            ),
-            attempt=job.attempts,
-            most=MAX_ATTEMPTS,
-            stale=stale_s,
-            done=job.done_requests,
-            total=job.total_requests,
+            )
+            % {
+                "attempt": job.attempts,
+                "most": MAX_ATTEMPTS,
+                "stale": stale_s,
+                "done": job.done_requests,
+                "total": job.total_requests,
+            }
         )
         # Only if it has not beaten since it was read: a worker that is merely slow keeps its job.
         reaped += BenchJob.objects.filter(

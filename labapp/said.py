@@ -1,19 +1,33 @@
-"""Texts that can be said again in another language.
+"""Texts stored now and said later, in the reader's language: the one owner of that idea.
 
-A lab's checks are sentences made with gettext and numbers ("프리필 %(p).0f tok/s …"). A hand-in
-keeps them, and an English reader must read them in English, whoever handed in and in whatever
+A lab's checks are sentences made with gettext and numbers ("프리필 %(p).0f tok/s …"); a job's,
+a document's or an answer's error is one too ("요청 %(count)d개가 실패했습니다: %(reasons)s"), and
+so is why an engine did not answer its probe. They are kept (a hand-in, a row, the cache) and read
+later by someone else, who must read them in their own language, whoever made them in whatever
 language. ``gettext`` here returns a ``Said``: the translated string, which is what every caller
 sees, that also remembers how it was made (msgid and values, and the pieces it was joined from).
-``stored`` turns it into JSON for the database; ``render`` says the stored text again in the
-active language. A plain string (an older hand-in, or text that is only numbers) stays as it is.
+
+- ``stored`` turns it into JSON (``{"said": [pieces]}``); ``render`` says it again in the active
+  language. A plain string (an older hand-in, text that is only numbers) stays as it is.
+- ``kept`` is what a row or a cache keeps of such a text: that form without an address's
+  credentials, and the text as the site says it (logs, the admin); ``shown`` reads it back.
+- ``KeepsError`` gives a model with ``error`` and a JSON field for its form the one way to save an
+  error (``error_fields``) and to read it (``error_shown``). Every place that saves one is walked, in
+  Korean and in English, by ``tests/site/test_saved_texts.py``, which also fails on a new place
+  that writes an error field some other way.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
+from django.conf import settings
+from django.utils import translation
 from django.utils.translation import gettext as _gettext
+
+from labapp import addresses
 
 # A piece of a text: literal text, or [msgid, values] (values None: the msgid alone, not formatted).
 Piece = str | tuple[str, Any]
@@ -112,3 +126,57 @@ def render(value: Any) -> str:
     if isinstance(value, dict) and isinstance(value.get("said"), list):
         return "".join(_rendered_piece(piece) for piece in value["said"])
     return "" if value is None else str(value)
+
+
+def exception(exc: BaseException) -> str:
+    """``exc`` as part of a text to keep: its class and message, the message still ours (its msgid
+    and values) when it was made with ``gettext``."""
+    return type(exc).__name__ + ": " + str(exc)
+
+
+KEPT_CHARS = 2000  # the most of a text a row keeps as written
+
+
+@dataclass(frozen=True)
+class Kept:
+    """What is kept of a text: ``form``, ``stored``'s form to say it again ({} for a text that is not
+    ours: an older row's), and ``text``, as the site says it (``LANGUAGE_CODE``: logs, the admin), at
+    most ``KEPT_CHARS`` characters. Neither holds an address's credentials (an engine's error names it)."""
+
+    text: str
+    form: dict[str, Any]
+
+
+def kept(text: str) -> Kept:
+    """What to keep of ``text``, made with ``gettext`` (``_("…%(why)s") % {"why": …}``, joined or not)."""
+    form = stored(text)
+    if not isinstance(form, dict):
+        return Kept(addresses.scrubbed(form)[:KEPT_CHARS], {})
+    form = addresses.scrubbed_data(form)
+    with translation.override(settings.LANGUAGE_CODE):
+        return Kept(addresses.scrubbed(render(form))[:KEPT_CHARS], form)
+
+
+def shown(text: str, form: Any) -> str:
+    """A kept text in the active language (``text`` as written when there is no form: a row kept
+    before forms were), without an address's credentials (a row saved before they were scrubbed)."""
+    return addresses.scrubbed(render(form) if form else text or "")
+
+
+class KeepsError:
+    """A model whose ``error`` (a TextField) is said in each reader's language: the JSON field named
+    ``error_form_field`` keeps its form. ``error_fields`` is how such a row's error is saved
+    (``Model.objects.filter(…).update(**Model.error_fields(text))``), ``error_shown`` how it is read."""
+
+    error_form_field: ClassVar[str]
+    error: str
+
+    @classmethod
+    def error_fields(cls, text: str = "") -> dict[str, Any]:
+        """The row's fields for ``text``; without one, the fields of no error."""
+        made = kept(text)
+        return {"error": made.text, cls.error_form_field: made.form}
+
+    @property
+    def error_shown(self) -> str:
+        return shown(self.error, getattr(self, self.error_form_field))

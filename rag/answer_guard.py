@@ -29,8 +29,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from django.utils.translation import gettext as _
-
+from labapp.said import gettext as _  # its notice is saved with the answer and said again per reader
 from rag.vllm.records import RequestRecord
 
 Why = Literal["echo", "line", "loop", "pattern"]

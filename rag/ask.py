@@ -33,7 +33,7 @@ from django.db import close_old_connections
 from django.utils import translation
 from django.utils.translation import gettext as _
 
-from labapp import addresses, request_numbers
+from labapp import request_numbers, said
 from rag import access, chat, conversations, prompting, retrieval
 from rag.models import Answer
 
@@ -312,9 +312,9 @@ class Ask:
         await self.finish(status)
 
     def fail(self, exc: Exception) -> None:
-        """Fail: recorded on the answer and reported, never lost silently."""
+        """Fail: recorded on the answer (its msgid and values: ``labapp.said``) and reported, never lost silently."""
         log.error("chat answer %s failed", self.client_id, exc_info=exc)
-        self.run.error = addresses.scrubbed(f"{type(exc).__name__}: {exc}")
+        self.run.error = said.gettext("답을 만들다가 오류가 났습니다: %(why)s") % {"why": said.exception(exc)}
 
     def _discard_retrieval(self) -> None:
         """A retrieval the answer did not wait for: stopped, or its outcome read so that an error in it

@@ -329,7 +329,7 @@ def explain_empty(run: AnswerRun, *, stopped: bool) -> None:
         where = _("검색된 자료 %(n)d개는 아래 '검색된 자료'에서 읽을 수 있습니다.") % {"n": len(run.sources)}
     else:
         where = _("검색된 자료도 없었습니다.")
-    run.notice("empty", f"{why} {where}")
+    run.notice("empty", why + " " + where)  # joined, not formatted: each part keeps its msgid
 
 
 def cached_state(record: RequestRecord) -> str:
@@ -422,7 +422,7 @@ async def answer_run(run: AnswerRun, send: Send, retrieving: Awaitable[list[prom
     try:
         info = await _engine(run.engine)
     except vllm_client.EngineUnavailable as exc:
-        run.error = _("vLLM에 연결할 수 없습니다: %(why)s") % {"why": exc}
+        run.error = _unreachable(exc)
         return
     run.model = info.model
     max_model_len = info.max_model_len or 2048
@@ -436,7 +436,7 @@ async def answer_run(run: AnswerRun, send: Send, retrieving: Awaitable[list[prom
         http = vllm_client.shared_client(run.engine.base_url)
         run.api = "chat" if await vllm_client.has_chat_template(run.model, client=http) else "completions"
     except vllm_client.EngineUnavailable as exc:
-        run.error = _("vLLM에 연결할 수 없습니다: %(why)s") % {"why": exc}
+        run.error = _unreachable(exc)
         return
 
     chunks = await retrieving
@@ -446,7 +446,8 @@ async def answer_run(run: AnswerRun, send: Send, retrieving: Awaitable[list[prom
         run.prompt = await _fit(run, chunks, max_model_len)
     except (prompting.SettingsError, vllm_client.EngineUnavailable) as exc:
         await send(retrieved)
-        run.error = str(exc)
+        # A settings error's message is ours (its msgid and values); an engine's is its own words.
+        run.error = _unreachable(exc) if isinstance(exc, vllm_client.EngineUnavailable) else str(exc)
         return
     run.mark("prompt")
     # These two frames go out while vLLM reads the prompt, not before it is sent: the first token
@@ -523,6 +524,10 @@ async def _stream(
     finally:
         with contextlib.suppress(Exception):  # a closed socket: the stream's own outcome is what counts
             await asyncio.shield(preamble)  # sent whatever became of the request (a stop lets it finish)
+
+
+def _unreachable(exc: vllm_client.EngineUnavailable) -> str:
+    return _("vLLM에 연결할 수 없습니다: %(why)s") % {"why": exc}
 
 
 def _engine_error(error: str, stall_timeout_s: float) -> str:

@@ -12,9 +12,10 @@ from django.db.models import QuerySet
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from labapp import said
 from rag import access
 from rag.chat import AnswerRun
-from rag.models import Answer, Conversation, error_fields
+from rag.models import Answer, Conversation
 
 # A row still "streaming" after this long lost its process (a restart mid-answer): it no
 # longer counts against the learner's limit of answers at once.
@@ -122,18 +123,21 @@ def answers_streaming(user: AbstractBaseUser) -> QuerySet[Answer]:
 
 
 def answer_finish(*, answer_id: int, run: AnswerRun, status: Answer.Status) -> Answer:
-    """Save what the run produced: full, stopped (partial text kept) or failed."""
-    answer = Answer.objects.get(pk=answer_id)
-    answer.status = status
-    answer.text = run.record.generated_text
-    answer.prompt = run.prompt.text if run.prompt else ""
-    # An engine's error names it: never saved with its credentials (``error_fields``).
-    fields = error_fields(run.error)
-    answer.error, answer.error_said = fields["error"], fields["error_said"]
-    answer.sources = run.sources
-    answer.timings = run.timings() | {"notices": run.notices}
-    answer.save(update_fields=["status", "text", "prompt", "error", "error_said", "sources", "timings"])
-    return answer
+    """Save what the run produced: full, stopped (partial text kept) or failed. Its error and notices
+    are kept to be said in each reader's language (``labapp.said``), without an address's credentials."""
+    notices = []
+    for notice in run.notices:
+        kept = said.kept(notice["message"])
+        notices.append({"code": notice["code"], "message": kept.text, "said": kept.form})
+    Answer.objects.filter(pk=answer_id).update(
+        status=status,
+        text=run.record.generated_text,
+        prompt=run.prompt.text if run.prompt else "",
+        sources=run.sources,
+        timings=run.timings() | {"notices": notices},
+        **Answer.error_fields(run.error),
+    )
+    return Answer.objects.get(pk=answer_id)
 
 
 def answer_browser_timing(
@@ -167,6 +171,11 @@ def answer_payload(answer: Answer) -> dict[str, Any]:
         "status": answer.status,
         "error": answer.error_shown,  # in the reader's language, without credentials
         "sources": answer.sources,
-        "timings": answer.timings,
+        "timings": answer.timings | {"notices": _notices_shown(answer.timings.get("notices") or [])},
         "prompt": answer.prompt,
     }
+
+
+def _notices_shown(notices: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """An answer's saved notices in the reader's language (an answer saved before they were kept: as written)."""
+    return [{"code": n.get("code"), "message": said.shown(n.get("message", ""), n.get("said"))} for n in notices]

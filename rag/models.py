@@ -1,30 +1,12 @@
 from __future__ import annotations
 
-from typing import Any
-
 from django.conf import settings
 from django.db import models
 
-from labapp import addresses, said
+from labapp import said
 
 # The shared chapter's collection; a user's is ``user-<id>``, a class's ``class-<id>``.
 CHAPTER_COLLECTION = "chapter"
-
-
-def error_fields(reason: str) -> dict[str, Any]:
-    """A document's or an answer's error to save: ``error`` as written (in the worker's language)
-    and, for a text made with ``labapp.said.gettext``, ``error_said`` to say it again in each
-    reader's language; both without an address's credentials (an engine's error names it)."""
-    kept = said.stored(reason)
-    return {
-        "error": addresses.scrubbed(str.__str__(reason))[:2000],
-        "error_said": addresses.scrubbed_data(kept) if isinstance(kept, dict) else None,
-    }
-
-
-def error_shown(error: str, error_said: Any) -> str:
-    """The saved error in the reader's language, or as written (a row saved before ``error_said``)."""
-    return addresses.scrubbed(said.render(error_said) if error_said else error)
 
 
 class IndexedSource(models.Model):
@@ -43,8 +25,10 @@ class IndexedSource(models.Model):
         ]
 
 
-class Document(models.Model):
+class Document(said.KeepsError, models.Model):
     """An uploaded file, ingested into its owner's collection or (uploaded by an instructor) a class's."""
+
+    error_form_field = "error_said"
 
     class Status(models.TextChoices):
         QUEUED = "queued", "queued"
@@ -65,7 +49,7 @@ class Document(models.Model):
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.QUEUED)
     progress = models.PositiveSmallIntegerField(default=0)  # percent
     error = models.TextField(blank=True)
-    error_said = models.JSONField(null=True, blank=True, default=None)  # ``error_fields``
+    error_said = models.JSONField(null=True, blank=True, default=None)  # ``said.KeepsError``
     chunk_counts = models.JSONField(default=dict)  # {"200": n, "500": n, "1000": n}
     # When the reaper sent a long-queued document's task again (a broker restart loses queued tasks).
     resent_at = models.DateTimeField(null=True, blank=True)
@@ -77,10 +61,6 @@ class Document(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["collection", "filename"], name="unique_document_name_per_collection"),
         ]
-
-    @property
-    def error_shown(self) -> str:
-        return error_shown(self.error, self.error_said)
 
     @property
     def source(self) -> str:
@@ -103,8 +83,10 @@ class Conversation(models.Model):
         return self.title or f"conversation {self.pk}"
 
 
-class Answer(models.Model):
+class Answer(said.KeepsError, models.Model):
     """One question and its streamed answer, with the settings and every measured number."""
+
+    error_form_field = "error_said"
 
     class Status(models.TextChoices):
         STREAMING = "streaming", "streaming"
@@ -121,17 +103,13 @@ class Answer(models.Model):
     text = models.TextField(blank=True)
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.STREAMING)
     error = models.TextField(blank=True)
-    error_said = models.JSONField(null=True, blank=True, default=None)  # ``error_fields``
+    error_said = models.JSONField(null=True, blank=True, default=None)  # ``said.KeepsError``
     sources = models.JSONField(default=list)
     timings = models.JSONField(default=dict)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["created_at", "pk"]
-
-    @property
-    def error_shown(self) -> str:
-        return error_shown(self.error, self.error_said)
 
     def __str__(self) -> str:
         return self.question[:60]

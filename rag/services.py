@@ -19,11 +19,12 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Count, QuerySet, Sum
 from django.utils import timezone
 
+from labapp import said
 from labapp.said import gettext as _  # a document's failure reason is said again in each reader's language
 from rag import access, chunking, documents, embeddings, retrieval, vectorstore
 from rag.documents import DocumentRejected
 from rag.models import CHAPTER_COLLECTION as CHAPTER_COLLECTION  # defined with the models, used from here
-from rag.models import Document, IndexedSource, error_fields
+from rag.models import Document, IndexedSource
 
 # A running ingestion bumps its row's updated_at this often (embedding one chunk size of a
 # large file takes minutes); one silent for INGEST_STALE_S lost its worker.
@@ -156,8 +157,7 @@ def document_upload(
         "content_hash": hashlib.sha256(raw or text.encode()).hexdigest(),
         "status": Document.Status.QUEUED,
         "progress": 0,
-        "error": "",
-        "error_said": None,
+        **Document.error_fields(),
         "chunk_counts": {},
         "resent_at": None,
     }
@@ -229,8 +229,7 @@ def document_ingest(*, document: Document, sizes: tuple[int, ...] = chunking.CHU
     started = current.update(
         status=Document.Status.INGESTING,
         progress=0,
-        error="",
-        error_said=None,
+        **Document.error_fields(),
         chunk_counts={},
         updated_at=timezone.now(),
     )
@@ -265,12 +264,15 @@ def document_ingest(*, document: Document, sizes: tuple[int, ...] = chunking.CHU
         else:
             _source_remove(collection=document.collection, source=document.source)
     except Exception as exc:
-        reason = exc.reason if isinstance(exc, DocumentRejected) else f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, DocumentRejected):
+            reason = exc.reason
+        else:
+            reason = _("색인하다가 오류가 났습니다: %(why)s") % {"why": said.exception(exc)}
         try:
             _source_remove(collection=document.collection, source=document.source)
         except Exception as cleanup:  # Chroma is down: the next ingestion replaces what is left
-            reason += _(" (정리 실패: %(why)s)") % {"why": f"{type(cleanup).__name__}: {cleanup}"}
-        current.update(status=Document.Status.FAILED, progress=0, chunk_counts={}, **error_fields(reason))
+            reason += _(" (정리 실패: %(why)s)") % {"why": said.exception(cleanup)}
+        current.update(status=Document.Status.FAILED, progress=0, chunk_counts={}, **Document.error_fields(reason))
     return _document_refreshed(document)
 
 
@@ -325,14 +327,14 @@ def documents_reap_stale() -> int:
             "파일을 다시 올려 주세요."
         ) % {"progress": document.progress, "seconds": INGEST_STALE_S}
         lost = Document.objects.filter(pk=document.pk, status=Document.Status.INGESTING, updated_at=document.updated_at)
-        if not lost.update(status=Document.Status.FAILED, progress=0, chunk_counts={}, **error_fields(reason)):
+        if not lost.update(status=Document.Status.FAILED, progress=0, chunk_counts={}, **Document.error_fields(reason)):
             continue  # it beat or finished meanwhile
         reaped += 1
         try:
             _source_remove(collection=document.collection, source=document.source)
         except vectorstore.RetrievalUnavailable as exc:  # the next ingestion replaces what is left
             failed = reason + _(" (정리 실패: %(why)s)") % {"why": str(exc)}
-            Document.objects.filter(pk=document.pk).update(**error_fields(failed))
+            Document.objects.filter(pk=document.pk).update(**Document.error_fields(failed))
     return reaped
 
 
@@ -354,7 +356,7 @@ def _queued_resend_or_fail() -> int:
         "않았습니다 (작업 대기열이 재시작되었을 수 있습니다). 파일을 다시 올려 주세요."
     ) % {"seconds": stale_s}
     return queued.filter(resent_at__lt=cutoff).update(
-        status=Document.Status.FAILED, progress=0, chunk_counts={}, **error_fields(reason)
+        status=Document.Status.FAILED, progress=0, chunk_counts={}, **Document.error_fields(reason)
     )
 
 

@@ -1,5 +1,5 @@
-"""Addresses and saved errors in templates, through ``labapp.addresses`` (never with credentials):
-``{{ job.engine_url|address }}``, ``{{ document.error|scrubbed }}``."""
+"""Addresses and errors in templates, through ``labapp.addresses`` (never with credentials):
+``{{ job.engine_url|address }}``, ``{{ error|scrubbed }}`` (a row's saved error: ``error_shown``)."""
 
 from __future__ import annotations
 

@@ -323,15 +323,19 @@ def model_name() -> str:
     return engine_info().model
 
 
-def _streaming(model: str | None, max_tokens: int, temperature: float) -> dict[str, Any]:
-    """What every streamed request carries: usage on every chunk, per docs/metrics.md."""
-    return {
+def _streaming(model: str | None, max_tokens: int, temperature: float, frequency_penalty: float) -> dict[str, Any]:
+    """What every streamed request carries: usage on every chunk, per docs/metrics.md; a frequency
+    penalty when there is one (0 sends none: the engine's default)."""
+    payload: dict[str, Any] = {
         "model": model or model_name(),
         "max_tokens": max_tokens,
         "temperature": temperature,
         "stream": True,
         "stream_options": {"include_usage": True, "continuous_usage_stats": True},
     }
+    if frequency_penalty:
+        payload["frequency_penalty"] = frequency_penalty
+    return payload
 
 
 async def stream_completion(
@@ -353,13 +357,11 @@ async def stream_completion(
     ``timeout`` bounds every wait on the server (connect, each read): a stalled
     engine ends the request with an error instead of hanging the caller.
     """
-    payload = _streaming(model, max_tokens, temperature) | {"prompt": prompt}
+    payload = _streaming(model, max_tokens, temperature, frequency_penalty) | {"prompt": prompt}
     if ignore_eos:
         payload["ignore_eos"] = True
     if stop:
         payload["stop"] = stop
-    if frequency_penalty:
-        payload["frequency_penalty"] = frequency_penalty
     return await _stream("/v1/completions", payload, on_text=on_text, client=client, timeout=timeout, record=record)
 
 
@@ -369,13 +371,14 @@ async def stream_chat(
     max_tokens: int,
     model: str | None = None,
     temperature: float = 0.0,
+    frequency_penalty: float = 0.0,
     on_text: OnText | None = None,
     client: httpx.AsyncClient | None = None,
     timeout: float = 600.0,
     record: RequestRecord | None = None,
 ) -> RequestRecord:
     """Stream one /v1/chat/completions request (the model's own chat template)."""
-    payload = _streaming(model, max_tokens, temperature) | {"messages": messages}
+    payload = _streaming(model, max_tokens, temperature, frequency_penalty) | {"messages": messages}
     return await _stream(
         "/v1/chat/completions", payload, on_text=on_text, client=client, timeout=timeout, record=record
     )
@@ -397,7 +400,7 @@ class RequestSpec:
     temperature: float = 0.0
     messages: tuple[dict[str, str], ...] = ()
     # OpenAI's penalty on tokens the answer has already written (the prompt's are not counted):
-    # 0 sends none; completions only.
+    # 0 sends none; sent to either API.
     frequency_penalty: float = 0.0
 
 
@@ -417,6 +420,7 @@ async def stream_request(
             max_tokens=spec.max_tokens,
             model=model,
             temperature=spec.temperature,
+            frequency_penalty=spec.frequency_penalty,
             on_text=on_text,
             client=client,
             timeout=timeout,

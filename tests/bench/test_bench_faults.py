@@ -137,7 +137,9 @@ def test_results_an_error_carries_are_kept_on_the_failed_job(
 
     monkeypatch.setattr(kinds, "measure", measure)
     job = services.job_execute(job_id=new_job(User.objects.create(username="partial"), url).pk)
-    assert job.status == BenchJob.Status.FAILED and job.error == "RuntimeError: engine went away"
+    assert (
+        job.status == BenchJob.Status.FAILED and job.error == "작업이 오류로 멈췄습니다: RuntimeError: engine went away"
+    )
     assert job.results == partial
 
 

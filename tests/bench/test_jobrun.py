@@ -235,7 +235,7 @@ def test_an_error_carrying_partial_results_fails_the_job_with_its_reason_and_kee
 
     scripted(monkeypatch, script)
     ended = services.job_execute(job_id=job.pk)
-    assert (ended.status, ended.error) == ("failed", "ConnectionError: the engine went away")
+    assert (ended.status, ended.error) == ("failed", "작업이 오류로 멈췄습니다: ConnectionError: the engine went away")
     assert ended.results == kept and ended.done_requests == 1 and ended.finished_at is not None
     assert ended.current_cell == "" and pushed[-1] == {"status": "failed"}
 
@@ -318,7 +318,8 @@ def test_a_saved_config_that_no_longer_parses_fails_the_job_at_once_naming_the_f
     BenchJob.objects.filter(pk=job.pk).update(config={"repeats": "many", "seed": 5})
     calls = scripted(monkeypatch, never)
     ended = services.job_execute(job_id=job.pk)
-    assert ended.status == "failed" and ended.error.startswith("ConfigError: repeats:") and calls == []
+    assert ended.status == "failed" and calls == []
+    assert ended.error.startswith("작업이 오류로 멈췄습니다: ConfigError: repeats:"), ended.error
     assert ended.finished_at is not None and pushed[-1] == {"status": "failed"}
 
 
@@ -328,14 +329,13 @@ def test_our_job_errors_are_worded_in_each_readers_language() -> None:
     an English reader sees (the site's language is still what logs and exports keep)."""
     from django.test import Client
     from django.utils import translation
-    from django.utils.translation import gettext_noop
 
-    from bench.models import error_fields
+    from labapp import said
 
     owner = User.objects.create(username="reader")
-    fields = error_fields(
-        gettext_noop("요청 %(count)d개가 실패했습니다: %(reasons)s"), count=3, reasons="HTTP 500: boom"
-    )
+    with translation.override("en"):  # whatever the worker's language, ``error`` keeps the site's
+        made = said.gettext("요청 %(count)d개가 실패했습니다: %(reasons)s") % {"count": 3, "reasons": "HTTP 500: boom"}
+    fields = BenchJob.error_fields(made)
     job = BenchJob.objects.create(owner=owner, kind="speed", engine_url="http://e", status="failed", **fields)
     assert job.error == "요청 3개가 실패했습니다: HTTP 500: boom"
     with translation.override("en"):
@@ -349,3 +349,29 @@ def test_our_job_errors_are_worded_in_each_readers_language() -> None:
     # An error that is not one of ours (an exception's text) is shown as written.
     job.error, job.error_text = "RuntimeError: engine went away", {}
     assert job.error_shown == "RuntimeError: engine went away"
+
+
+@pytest.mark.django_db
+def test_the_data_migration_turns_older_job_errors_into_the_one_kept_form_and_back() -> None:
+    from importlib import import_module
+
+    from django.apps import apps
+    from django.utils import translation
+
+    migration = import_module("bench.migrations.0008_job_error_in_said_form")
+    owner = User.objects.create(username="older")
+    old = {"msgid": "요청 %(count)d개가 실패했습니다: %(reasons)s", "params": {"count": 3, "reasons": "HTTP 500"}}
+    job = BenchJob.objects.create(
+        owner=owner, kind="speed", engine_url="http://e", status="failed", error="요청 3개가 실패했습니다: HTTP 500",
+        error_text=old,
+    )  # fmt: skip
+    plain = BenchJob.objects.create(owner=owner, kind="speed", engine_url="http://e", status="failed", error="x")
+    migration.forwards(apps, None)
+    job.refresh_from_db()
+    assert job.error_text == {"said": [[old["msgid"], old["params"]]]}
+    with translation.override("en"):
+        assert job.error_shown == "3 request(s) failed: HTTP 500"
+    migration.backwards(apps, None)
+    job.refresh_from_db()
+    plain.refresh_from_db()
+    assert job.error_text == old and plain.error_text == {}

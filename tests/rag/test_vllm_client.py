@@ -213,3 +213,29 @@ def test_lines_cut_across_reads_are_joined_before_they_are_parsed() -> None:
     record = aio.run(go())
     assert record.success and record.generated_text == "연차" and len(record.text_chunk_at) == 2
     assert record.output_tokens == 2 and record.prompt_tokens == 3 and record.finish_reason == "stop"
+
+
+@pytest.mark.parametrize("api", ["completions", "chat"])
+@pytest.mark.parametrize("penalty", [0.8, 0.0])
+def test_a_specs_frequency_penalty_is_sent_to_either_api_and_none_is_sent_for_zero(api: str, penalty: float) -> None:
+    sent: list[tuple[str, dict[str, object]]] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        sent.append((request.url.path, json.loads(request.content)))
+        delta = {"delta": {"content": "네"}} if api == "chat" else {"text": "네"}
+        body = _sse({"choices": [{"index": 0, **delta, "finish_reason": "stop"}]})
+        return httpx.Response(200, content=body, headers={"content-type": "text/event-stream"})
+
+    spec = vllm_client.RequestSpec(prompt="질문", max_tokens=2, api=api, frequency_penalty=penalty)  # type: ignore[arg-type]
+
+    async def go() -> RequestRecord:
+        async with _client(httpx.MockTransport(handle)) as http:
+            return await vllm_client.stream_request(spec, model="m", client=http)
+
+    assert aio.run(go()).success
+    ((path, payload),) = sent
+    assert path == ("/v1/chat/completions" if api == "chat" else "/v1/completions")
+    if penalty:
+        assert payload["frequency_penalty"] == penalty
+    else:
+        assert "frequency_penalty" not in payload
