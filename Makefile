@@ -6,6 +6,7 @@ SHELL := /bin/bash
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 ENGINE_VENV := .venv-engine
+ROUTER_VENV := .venv-router
 PY := $(VENV)/bin/python
 ENGINE_PY := $(ENGINE_VENV)/bin/python
 MODEL_DIR := data/models/gemma-3-270m
@@ -16,8 +17,12 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 ifeq ($(strip $(VLLM_BASE_URL)),)
 ENGINE_DEPS := $(ENGINE_VENV)/.installed $(if $(strip $(VLLM_MODEL)),,$(MODEL_DIR)/config.json)
 endif
+# vllm-router in front of the chat's engines (LAB_ROUTER, labapp/env.py) needs its own virtualenv.
+ifneq ($(filter 1 true yes on,$(shell printf '%s' '$(LAB_ROUTER)' | tr A-Z a-z)),)
+ROUTER_DEPS := $(ROUTER_VENV)/.installed
+endif
 
-.PHONY: run test check setup lint lock engine clean-data perf load
+.PHONY: run test check setup lint lock engine router clean-data perf load
 .DEFAULT_GOAL := run
 
 $(VENV)/.installed: requirements.lock
@@ -41,6 +46,14 @@ $(ENGINE_VENV)/.installed: requirements-engine-cpu.txt requirements-engine-gpu.t
 	@touch $@
 engine: $(ENGINE_VENV)/.installed
 
+# vllm-router (a Rust binary behind a small Python launcher): its own virtualenv, seconds to install.
+$(ROUTER_VENV)/.installed: requirements-router.txt
+	@echo "== installing vllm-router into $(ROUTER_VENV) (first time: seconds)"
+	@test -x $(ROUTER_VENV)/bin/python || $(PYTHON) -m venv $(ROUTER_VENV)
+	$(ROUTER_VENV)/bin/python -m pip install -q -r requirements-router.txt
+	@touch $@
+router: $(ROUTER_VENV)/.installed
+
 # The default model: the packaged Gemma 3 270M GGUF, converted once to safetensors.
 $(MODEL_DIR)/config.json: | $(ENGINE_VENV)/.installed
 	@echo "== converting the packaged Gemma 3 270M GGUF into $(MODEL_DIR) (once, about a minute)"
@@ -52,7 +65,7 @@ $(EMBED_ONNX): $(VENV)/.installed
 	@echo "== exporting the bundled embedding model to ONNX (once, seconds)"
 	DATA_DIR=data $(PY) manage.py export_embedding_onnx
 
-setup: $(VENV)/.installed $(ENGINE_DEPS)
+setup: $(VENV)/.installed $(ENGINE_DEPS) $(ROUTER_DEPS)
 	@$(PY) manage.py check --fail-level ERROR >/dev/null
 	@$(PY) manage.py export_embedding_onnx
 	@$(PY) manage.py migrate --noinput -v 0
@@ -79,7 +92,7 @@ $(AXE):
 	npm install --prefix .tools --no-save --no-audit --no-fund --silent axe-core@4.14.1
 
 # --durations: every run shows where its time went.
-test: $(VENV)/.installed $(ENGINE_DEPS) $(BROWSER_DEPS) $(EMBED_ONNX) $(AXE)
+test: $(VENV)/.installed $(ENGINE_DEPS) $(ROUTER_VENV)/.installed $(BROWSER_DEPS) $(EMBED_ONNX) $(AXE)
 	$(PY) -m pytest --durations=25 $(PYTEST_ARGS)
 
 # Lint and every test without a real service or the browser (tests/conftest.py marks those integration

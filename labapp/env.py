@@ -41,6 +41,21 @@ VARIABLES: dict[str, Variable] = {
             "VLLM_BASE_URL", "", "OpenAI-compatible vLLM server (without /v1); empty = embedded engine on VLLM_PORT"
         ),
         Variable("VLLM_MODEL", "", "model name served by vLLM; empty = the embedded Gemma 3 270M"),
+        Variable(
+            "LAB_ROUTER",
+            "false",
+            "chat through vllm-router (embedded on LAB_ROUTER_PORT) in front of LAB_ROUTER_ENGINES",
+        ),
+        Variable(
+            "LAB_ROUTER_ENGINES",
+            "",
+            "comma-separated engine base URLs the router spreads the chat over; empty = the configured engine",
+        ),
+        Variable(
+            "LAB_ROUTER_POLICY",
+            "consistent_hash",
+            "router's --policy: consistent_hash (on X-Session-ID), round_robin, cache_aware, power_of_two, random",
+        ),
         Variable("VLLM_MAX_MODEL_LEN", "8192", "--max-model-len for the embedded engine"),
         Variable(
             "VLLM_DTYPE",
@@ -108,6 +123,8 @@ VARIABLES: dict[str, Variable] = {
         Variable("REDIS_PORT", "6399", "port of the embedded redis-server"),
         Variable("CHROMA_PORT", "8100", "port of the embedded Chroma server"),
         Variable("VLLM_PORT", "8200", "port of the embedded vLLM engine"),
+        Variable("LAB_ROUTER_PORT", "8300", "port of the embedded vllm-router"),
+        Variable("LAB_ROUTER_METRICS_PORT", "8301", "port of the embedded vllm-router's Prometheus /metrics"),
         Variable("DATA_DIR", "data", "where the embedded stack keeps its files"),
     ]
 }
@@ -163,7 +180,15 @@ def env_choice(name: str, choices: tuple[str, ...]) -> str:
 
 def env_url(name: str, *, schemes: tuple[str, ...]) -> str:
     """A URL with one of ``schemes`` and a host; a trailing slash is dropped."""
-    value = _raw(name)
+    return _url(name, _raw(name), schemes)
+
+
+def env_urls(name: str, *, schemes: tuple[str, ...]) -> list[str]:
+    """A comma-separated list of such URLs (``env_url``), each checked."""
+    return [_url(name, value, schemes) for value in env_list(name)]
+
+
+def _url(name: str, value: str, schemes: tuple[str, ...]) -> str:
     try:
         parts = urlsplit(value)
         parts.port  # noqa: B018 - raises ValueError on a bad port

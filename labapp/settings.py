@@ -11,7 +11,7 @@ import dj_database_url
 from csp.constants import NONE, SELF, UNSAFE_INLINE
 from django.core.exceptions import ImproperlyConfigured
 
-from labapp.env import env_bool, env_choice, env_int, env_list, env_str, env_url, is_set
+from labapp.env import env_bool, env_choice, env_int, env_list, env_str, env_url, env_urls, is_set
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = (BASE_DIR / env_str("DATA_DIR")).resolve()
@@ -160,6 +160,18 @@ VLLM_BASE_URL = (
 )
 # Empty: the embedded engine's model, or whatever the external server lists first.
 VLLM_MODEL = env_str("VLLM_MODEL")
+# The chat through vllm-router (labapp.ops.stack.components.router) in front of a pool of engines; the
+# labs and benchmarks keep measuring VLLM_BASE_URL (or a registered engine) directly.
+LAB_ROUTER = env_bool("LAB_ROUTER")
+LAB_ROUTER_POLICY = env_choice(
+    "LAB_ROUTER_POLICY", ("consistent_hash", "round_robin", "cache_aware", "power_of_two", "random")
+)
+LAB_ROUTER_PORT = env_int("LAB_ROUTER_PORT", minimum=1, maximum=65535)
+LAB_ROUTER_METRICS_PORT = env_int("LAB_ROUTER_METRICS_PORT", minimum=1, maximum=65535)
+# Each engine's base URL (without /v1, as VLLM_BASE_URL); none listed: the configured engine alone.
+LAB_ROUTER_ENGINES = [u.removesuffix("/v1") for u in env_urls("LAB_ROUTER_ENGINES", schemes=("http", "https"))]
+LAB_ROUTER_ENGINES = LAB_ROUTER_ENGINES or [VLLM_BASE_URL]
+ROUTER_URL = f"http://127.0.0.1:{LAB_ROUTER_PORT}"  # the chat's, when LAB_ROUTER is on
 VLLM_MAX_MODEL_LEN = env_int("VLLM_MAX_MODEL_LEN", minimum=256, maximum=1_048_576)
 EMBEDDING_MODEL = env_str("EMBEDDING_MODEL")
 EMBEDDING_BACKEND = env_choice("EMBEDDING_BACKEND", ("auto", "onnx", "torch"))

@@ -56,6 +56,16 @@ def configured_engine(session_key: str | None) -> chat.Engine:
     return chat.Engine()
 
 
+def session_of(user: AbstractBaseUser) -> str:
+    """The learner's routing session, sent as X-Session-ID with each answer: vllm-router's consistent_hash
+    keeps one learner's answers on one engine of its pool (whose prefix cache holds their earlier
+    prompts) while that engine is healthy. The learner's, not the conversation's: a new conversation
+    has no id yet when its first question is sent (its row is written while vLLM reads the prompt), and
+    a prompt carries no earlier turns, so a conversation shares no more of the cache with itself than
+    with its learner's other questions."""
+    return f"learner-{user.pk}"
+
+
 class Refused(Exception):
     """What is wrong with an ask, in the learner's words; nothing of it is saved or streamed."""
 
@@ -204,6 +214,7 @@ class Ask:
             language=self.language,
             stall_timeout_s=float(settings.CHAT_TIMEOUT_S),
             received_at=self.received_at,
+            session=session_of(self.user),
         )
         run.mark("checked")
         return run

@@ -49,11 +49,18 @@ class Engine:
 
     @property
     def base_url(self) -> str:
+        """The engine's own address: what the learner's Lab 1 speeds were measured on."""
         return self.url or vllm_client.base_url()
 
+    @property
+    def request_url(self) -> str:
+        """Where the answer's requests go: a registered engine itself; the configured one through
+        vllm-router when one is configured (``vllm_client.chat_url``)."""
+        return self.url or vllm_client.chat_url()
+
     def shown(self) -> dict[str, str]:
-        """Name and address for the answer card, never with the address's credentials."""
-        return {"name": self.name, "url": addresses.shown(self.base_url)}
+        """Name and address (where it was asked) for the answer card, never with the address's credentials."""
+        return {"name": self.name, "url": addresses.shown(self.request_url)}
 
 
 @dataclass
@@ -86,6 +93,8 @@ class AnswerRun:
     # this engine), "no_output" (ended before its first token), "failed". The page words it.
     estimate_state: str = "pending"
     error: str = ""
+    # Sent as X-Session-ID: vllm-router's consistent_hash keeps one session's answers on one engine.
+    session: str = ""
     # ms since the question arrived at each step (checked, searched, retrieved, prompt, sent; then saved)
     steps: dict[str, float] = field(default_factory=dict)
     # Set once vLLM is asked (or the answer ended without asking): the answer's row is written only
@@ -157,13 +166,13 @@ async def _engine(engine: Engine | None = None) -> vllm_client.EngineInfo:
     """The engine's model and length, asked again after ``ENGINE_INFO_TTL_S`` (per engine)."""
     engine = engine or Engine()
     now = time.monotonic()
-    cached = _engine_cache.get(engine.base_url)
+    cached = _engine_cache.get(engine.request_url)
     if cached is None or now - cached[0] > ENGINE_INFO_TTL_S:
         if engine.url and engine.url.rstrip("/") != vllm_client.base_url().rstrip("/"):
             info = await asyncio.to_thread(vllm_client.engine_info, url=engine.url, wanted=engine.model or None)
         else:
-            info = await asyncio.to_thread(vllm_client.engine_info)
-        cached = _engine_cache[engine.base_url] = (now, info)
+            info = await asyncio.to_thread(vllm_client.chat_engine_info)
+        cached = _engine_cache[engine.request_url] = (now, info)
     return cached[1]
 
 
@@ -255,7 +264,7 @@ async def _fit(run: AnswerRun, chunks: list[prompting.ContextChunk], max_model_l
     dropped: list[str] = []
     while True:
         (tokens,) = await vllm_client.count_tokens(
-            [prompt.text], model=run.model, client=vllm_client.shared_client(run.engine.base_url)
+            [prompt.text], model=run.model, client=vllm_client.shared_client(run.engine.request_url)
         )
         overflow = tokens + template_margin + s.max_tokens - max_model_len
         if overflow <= 0:
@@ -265,7 +274,7 @@ async def _fit(run: AnswerRun, chunks: list[prompting.ContextChunk], max_model_l
                 _("질문과 max_tokens(%(m)d)만으로 모델 최대 길이 %(len)d 토큰을 넘습니다.")
                 % {"m": s.max_tokens, "len": max_model_len}
             )
-        counts = await _count_cached([c.text for c in prompt.chunks], model=run.model, url=run.engine.base_url)
+        counts = await _count_cached([c.text for c in prompt.chunks], model=run.model, url=run.engine.request_url)
         drop = prompting.chunks_to_drop(
             prompt.chunks,
             overflow_tokens=overflow,
@@ -291,7 +300,7 @@ async def _measure_prompt(run: AnswerRun) -> None:
     if prompt is None:
         return
     try:
-        url = run.engine.base_url
+        url = run.engine.request_url
         head, head_context = await vllm_client.count_tokens(
             [prompt.instructions, prompt.instructions + prompt.context],
             model=run.model,
@@ -433,7 +442,7 @@ async def answer_run(run: AnswerRun, send: Send, retrieving: Awaitable[list[prom
         }
         return
     try:
-        http = vllm_client.shared_client(run.engine.base_url)
+        http = vllm_client.shared_client(run.engine.request_url)
         run.api = "chat" if await vllm_client.has_chat_template(run.model, client=http) else "completions"
     except vllm_client.EngineUnavailable as exc:
         run.error = _unreachable(exc)
@@ -515,9 +524,10 @@ async def _stream(
             request,
             model=run.model,
             on_text=on_text,
-            client=vllm_client.shared_client(run.engine.base_url),
+            client=vllm_client.shared_client(run.engine.request_url),
             timeout=run.stall_timeout_s,
             record=run.record,
+            session=run.session,
         )
     except answer_guard.Repeated as repeated:  # leaving the stream closed it: vLLM aborts the request
         run.notice("repeat", answer_guard.stop_at(run.record, repeated.cut))

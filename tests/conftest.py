@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,7 @@ SERVICE_FIXTURES = frozenset(
         "shared_database",
         "document_owner",
         "service_faults",
+        "router_pool",
     }
 )
 BROWSER_FIXTURES = frozenset({"chromium", "browser"})
@@ -177,6 +179,47 @@ def scripted_engine(engine_script: scripted.Script) -> Iterator[tuple[scripted.S
     script (a test may change it mid-run) and its base URL."""
     with scripted.serve(engine_script) as url:
         yield engine_script, url
+
+
+@dataclass
+class RouterPool:
+    """The real vllm-router (the stack's ``router`` component, as `make run` starts it) in front of
+    scripted engines in threads of this process, each answering its own name."""
+
+    url: str
+    service: harness.Service
+    engines: dict[str, scripted.ThreadedServer]  # base URL -> server; ``kill`` stops one
+    names: dict[str, str]  # the text each engine answers -> its base URL
+
+    def answered_by(self, text: str) -> str:
+        """The base URL of the engine whose name the answer ``text`` is."""
+        return self.names[text.strip()]
+
+    def kill(self, url: str) -> None:
+        """Stop an engine: it stops listening and drops every connection, as a killed process does."""
+        self.engines[url].stop()
+
+
+@pytest.fixture
+def router_pool(settings: Any) -> Iterator[RouterPool]:
+    """Two scripted engines behind the real vllm-router, the chat's router while the test runs
+    (LAB_ROUTER on, the default policy: consistent_hash on X-Session-ID)."""
+    servers = [scripted.ThreadedServer(scripted.Script(pieces=[f"engine-{n}"], delay_s=0.001)) for n in (1, 2)]
+    urls = [server.start() for server in servers]
+    settings.LAB_ROUTER, settings.LAB_ROUTER_ENGINES = True, urls
+    service = harness.start("router")
+    try:
+        service.wait_ready(timeout=60)
+        yield RouterPool(
+            url=str(settings.ROUTER_URL),
+            service=service,
+            engines=dict(zip(urls, servers, strict=True)),
+            names={f"engine-{n}": url for n, url in enumerate(urls, start=1)},
+        )
+    finally:
+        service.stop()
+        for server in servers:
+            server.stop()
 
 
 @pytest.fixture

@@ -62,7 +62,7 @@ if "LAB_TEST_DATA_DIR" not in os.environ:
         (run_dir / shared).symlink_to(ROOT / "data" / shared)
     os.environ["LAB_TEST_DATA_DIR"] = str(run_dir)
     os.environ["DATA_DIR"] = str(run_dir)
-    for name in ("REDIS_PORT", "CHROMA_PORT", "WEB_PORT"):
+    for name in ("REDIS_PORT", "CHROMA_PORT", "WEB_PORT", "LAB_ROUTER_PORT", "LAB_ROUTER_METRICS_PORT"):
         os.environ[name] = str(free_port())
     # A running `make run` keeps its engine on 8200; the tests start their own.
     os.environ.setdefault("VLLM_PORT", str(free_port()))

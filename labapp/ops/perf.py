@@ -270,6 +270,20 @@ def decode_rows(quick: bool) -> list[Row]:
     ]
 
 
+def router_rows(quick: bool) -> list[Row]:
+    """vllm-router's cost to TTFT, when the chat goes through one (LAB_ROUTER); nothing otherwise."""
+    if not settings.LAB_ROUTER:
+        return []
+    options = {"runs": 6 if quick else 10}
+    r = _run("router_overhead", **options)
+    assert isinstance(r, dict)
+    figure = (
+        f"{r['ratio']:.3f} ({r['routed_ttft_ms']:.0f} vs {r['direct_ttft_ms']:.0f} ms; "
+        f"added {r['added_ms']:.1f} ms, median of the pairs)"
+    )
+    return [("TTFT through vllm-router / direct to its engine (ratio)", figure, _command("router_overhead", options))]
+
+
 def machine_line() -> str:
     """What every figure of the table ran on: cores, the CPU's bf16 support, the engine's dtype and model,
     the embedding backend and the date."""
@@ -291,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         default="",
-        help="comma-separated: chat,fidelity,client,race,retrieval,recall,tokenizers,decode,gradebook",
+        help="comma-separated: chat,router,fidelity,client,race,retrieval,recall,tokenizers,decode,gradebook",
     )
     args = parser.parse_args(argv)
     django.setup()
@@ -299,6 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     log_dir = Path(settings.DATA_DIR) / "perf" / "logs"
     sections: dict[str, Callable[[], list[Row]]] = {
         "chat": lambda: chat_rows(f"http://127.0.0.1:{settings.WEB_PORT}", args.quick),
+        "router": lambda: router_rows(args.quick),
         "fidelity": lambda: fidelity_rows(args.quick),
         "client": lambda: client_rows(args.quick),
         "race": lambda: race_rows(args.quick),
@@ -313,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown sections: {', '.join(unknown)}")
     rows: list[Row] = []
-    started = launch.start_missing(("redis", "chroma", "engine", "web"), log_dir, tag="perf")
+    started = launch.start_missing(("redis", "chroma", "engine", "router", "web"), log_dir, tag="perf")
     try:
         call_command("migrate", verbosity=0)
         call_command("load_chapter", verbosity=0)

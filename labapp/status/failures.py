@@ -35,6 +35,7 @@ REASONS: dict[str, Promise] = {
     "refused_password": _("비밀번호가 맞지 않아 연결을 거절했습니다."),
     "no_broker": _("메시지 브로커(Redis)에 닿지 못해 워커에게 물어볼 수 없습니다."),
     "no_worker": _("답한 Celery 워커가 없습니다: 워커가 꺼져 있거나 아직 시작 중입니다."),
+    "no_engine": _("라우터는 답했지만 뒤의 엔진이 모두 작동하지 않아 채팅을 보낼 곳이 없습니다."),
     "database": _("데이터베이스에 연결하거나 질의하지 못했습니다."),
     "not_installed": _("필요한 설치나 파일이 없어 불러오지 못했습니다. make setup을 다시 실행하세요."),
     "unexpected": _("예상하지 못한 오류로 답하지 못했습니다. 자세한 내용은 서버 로그에 있습니다."),
@@ -67,6 +68,12 @@ def _chroma(exc: BaseException) -> str | None:
     return "not_running" if isinstance(exc, RetrievalUnavailable) else None
 
 
+def _router(exc: BaseException) -> str | None:
+    from rag.vllm.router import NoHealthyEngine
+
+    return "no_engine" if isinstance(exc, NoHealthyEngine) else None
+
+
 def _by_type(exc: BaseException) -> str | None:
     kinds: tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], str], ...] = (
         (BrokerUnreachable, "no_broker"),
@@ -79,7 +86,7 @@ def _by_type(exc: BaseException) -> str | None:
     return next((code for kind, code in kinds if isinstance(exc, kind)), None)
 
 
-SORTERS: tuple[Callable[[BaseException], str | None], ...] = (_engine, _redis, _chroma, _by_type)
+SORTERS: tuple[Callable[[BaseException], str | None], ...] = (_engine, _redis, _chroma, _router, _by_type)
 
 
 def reason(exc: BaseException) -> str:

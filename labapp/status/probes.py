@@ -120,6 +120,20 @@ def probe_vllm() -> dict[str, str]:
     }
 
 
+def probe_router() -> dict[str, str]:
+    from rag.vllm import router
+
+    pool = router.workers(timeout=4.0)
+    healthy = sum(w.healthy for w in pool)
+    if not healthy:
+        raise router.NoHealthyEngine(f"vllm-router at {router.url()}: none of its {len(pool)} engines is healthy")
+    return {
+        "url": router.url(),
+        "policy": str(settings.LAB_ROUTER_POLICY),
+        "engines": f"{healthy}/{len(pool)} " + ", ".join(f"{w.url} ({'up' if w.healthy else 'down'})" for w in pool),
+    }
+
+
 def probe_celery() -> dict[str, str]:
     from labapp.celery import app
 
@@ -158,6 +172,7 @@ class ComponentProbe:
     stack_name: str = ""  # the supervisor's name for it (``labapp.starts``); "" when it does not start it
     noun: StrOrPromise = ""  # what its start is called ("엔진 시작 중"); "" for its label
     where: Callable[[], str] | None = None  # the address it was asked at, shown beside a failure's words
+    configured: Callable[[], bool] = lambda: True  # False: not part of this lab (no row at all)
 
 
 def _warm_chroma() -> object:
@@ -180,6 +195,16 @@ PROBES: list[ComponentProbe] = [
     ),
     ComponentProbe(
         "vllm", "vLLM", probe_vllm, 6.0, stack_name="engine", noun=_("엔진"), where=lambda: settings.VLLM_BASE_URL
+    ),
+    ComponentProbe(
+        "router",
+        _("vLLM 라우터"),
+        probe_router,
+        6.0,
+        stack_name="router",
+        noun=_("라우터"),
+        where=lambda: settings.ROUTER_URL,
+        configured=lambda: bool(settings.LAB_ROUTER),
     ),
     ComponentProbe(
         "celery", _("Celery 워커"), probe_celery, 6.0, stack_name="worker", where=lambda: settings.CELERY_BROKER_URL
@@ -253,10 +278,11 @@ def _failed(probe: ComponentProbe, exc: BaseException) -> ComponentStatus:
 
 
 def _probe_all() -> list[ComponentStatus]:
-    pool = ThreadPoolExecutor(max_workers=len(PROBES), thread_name_prefix="status")
+    probes = [p for p in PROBES if p.configured()]
+    pool = ThreadPoolExecutor(max_workers=len(probes), thread_name_prefix="status")
     try:
-        warm = _run_all(pool, {p.key: (p.warmup, WARMUP_DEADLINE_S) for p in PROBES if p.warmup})
-        ready = [p for p in PROBES if not isinstance(warm.get(p.key), BaseException)]
+        warm = _run_all(pool, {p.key: (p.warmup, WARMUP_DEADLINE_S) for p in probes if p.warmup})
+        ready = [p for p in probes if not isinstance(warm.get(p.key), BaseException)]
         timed: dict[str, Any] = {}
         for cpu_bound in (False, True):
             batch = [p for p in ready if p.cpu_bound is cpu_bound]
@@ -264,7 +290,7 @@ def _probe_all() -> list[ComponentStatus]:
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
     results: list[ComponentStatus] = []
-    for probe in PROBES:
+    for probe in probes:
         outcome = timed[probe.key] if probe.key in timed else warm[probe.key]
         if isinstance(outcome, BaseException):
             results.append(_failed(probe, outcome))

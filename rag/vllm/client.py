@@ -109,23 +109,46 @@ def base_url() -> str:
     return str(settings.VLLM_BASE_URL)
 
 
-def engine_info(*, timeout: float = 3.0, url: str | None = None, wanted: str | None = None) -> EngineInfo:
+def chat_url() -> str:
+    """Where the chat's requests to the configured engine go: vllm-router when one is configured
+    (LAB_ROUTER, ``rag.vllm.router``), which spreads them over its engines, else the engine itself."""
+    return str(settings.ROUTER_URL) if settings.LAB_ROUTER else base_url()
+
+
+# The header vllm-router's consistent_hash policy reads first: one session's requests go to one engine
+# (whose prefix cache holds its earlier prompts) while that engine is healthy. Engines ignore it.
+SESSION_HEADER = "X-Session-ID"
+
+
+def engine_info(
+    *, timeout: float = 3.0, url: str | None = None, wanted: str | None = None, health: bool = True
+) -> EngineInfo:
     """Version, served models and max model length, or EngineUnavailable with the reason.
 
     ``url`` defaults to the configured engine, whose model is VLLM_MODEL when set; for
     another engine ``wanted`` names the model it must serve (None: its first). ``timeout``
     bounds each request; :func:`probe` is the same question within one deadline in all.
+    ``health`` False skips ``/health``: a router answers it 503 while any one of its engines is
+    down, though it still sends requests to the others.
     """
     if url is None:
         url, wanted = base_url(), settings.VLLM_MODEL or None
     try:
         with httpx.Client(base_url=url, timeout=timeout, verify=tls()) as http:
-            _answered(http.get("/health"), url)
+            if health:
+                _answered(http.get("/health"), url)
             models = _answered(http.get("/v1/models"), url)
             version = http.get("/version")
     except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:
         raise _unreachable(url, exc, timeout) from exc
     return _info(url, models, version, wanted)
+
+
+def chat_engine_info(*, timeout: float = 3.0) -> EngineInfo:
+    """:func:`engine_info` of the configured engine as the chat reaches it (:func:`chat_url`): through the
+    router, without its ``/health`` (the whole pool's), when one is configured."""
+    url = chat_url()
+    return engine_info(timeout=timeout, url=url, wanted=settings.VLLM_MODEL or None, health=url == base_url())
 
 
 async def probe(url: str, *, wanted: str | None = None, timeout: float = 2.0) -> EngineInfo:
@@ -351,18 +374,22 @@ async def stream_completion(
     client: httpx.AsyncClient | None = None,
     timeout: float = 600.0,
     record: RequestRecord | None = None,
+    session: str = "",
 ) -> RequestRecord:
     """Stream one /v1/completions request and return its measured record.
 
     ``timeout`` bounds every wait on the server (connect, each read): a stalled
-    engine ends the request with an error instead of hanging the caller.
+    engine ends the request with an error instead of hanging the caller. ``session``, when
+    given, is sent as :data:`SESSION_HEADER`.
     """
     payload = _streaming(model, max_tokens, temperature, frequency_penalty) | {"prompt": prompt}
     if ignore_eos:
         payload["ignore_eos"] = True
     if stop:
         payload["stop"] = stop
-    return await _stream("/v1/completions", payload, on_text=on_text, client=client, timeout=timeout, record=record)
+    return await _stream(
+        "/v1/completions", payload, on_text=on_text, client=client, timeout=timeout, record=record, session=session
+    )
 
 
 async def stream_chat(
@@ -376,11 +403,18 @@ async def stream_chat(
     client: httpx.AsyncClient | None = None,
     timeout: float = 600.0,
     record: RequestRecord | None = None,
+    session: str = "",
 ) -> RequestRecord:
     """Stream one /v1/chat/completions request (the model's own chat template)."""
     payload = _streaming(model, max_tokens, temperature, frequency_penalty) | {"messages": messages}
     return await _stream(
-        "/v1/chat/completions", payload, on_text=on_text, client=client, timeout=timeout, record=record
+        "/v1/chat/completions",
+        payload,
+        on_text=on_text,
+        client=client,
+        timeout=timeout,
+        record=record,
+        session=session,
     )
 
 
@@ -412,6 +446,7 @@ async def stream_request(
     client: httpx.AsyncClient | None = None,
     timeout: float = 600.0,
     record: RequestRecord | None = None,
+    session: str = "",
 ) -> RequestRecord:
     """Stream ``spec`` to the API it names: the one per-request path of the chat and the load runs."""
     if spec.api == "chat":
@@ -425,6 +460,7 @@ async def stream_request(
             client=client,
             timeout=timeout,
             record=record,
+            session=session,
         )
     return await stream_completion(
         spec.prompt,
@@ -438,6 +474,7 @@ async def stream_request(
         client=client,
         timeout=timeout,
         record=record,
+        session=session,
     )
 
 
@@ -527,17 +564,19 @@ async def _stream(
     client: httpx.AsyncClient | None,
     timeout: float,
     record: RequestRecord | None = None,
+    session: str = "",
 ) -> RequestRecord:
     """Stream into ``record`` (a caller that may be cancelled keeps the partial answer)."""
     record = record if record is not None else RequestRecord()
     http = client or shared_client()
+    headers = {SESSION_HEADER: session} if session else None
     answered = False
     try:
         for attempt in (1, 2):
             try:
                 record.t_send = time.perf_counter()
                 async with http.stream(
-                    "POST", path, json=payload, timeout=httpx.Timeout(timeout, connect=5.0)
+                    "POST", path, json=payload, headers=headers, timeout=httpx.Timeout(timeout, connect=5.0)
                 ) as response:
                     answered = True
                     return await _read(response, record, on_text)

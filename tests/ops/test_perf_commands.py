@@ -55,6 +55,21 @@ def test_the_decode_bound_command_prints_the_ratio(fake: str, settings: Any, tmp
     assert report["ratio"] == pytest.approx(report["measured_tpot_ms"] / report["bound_tpot_ms"])
 
 
+def test_the_router_overhead_command_pairs_each_direct_request_with_a_routed_one() -> None:
+    def engine() -> scripted.Script:
+        return scripted.Script(ttft_s=0.02, delay_s=0.002, pieces=["a"] * 8)  # TTFTs well above 0.1 ms rounding
+
+    with scripted.serve(engine()) as direct, scripted.serve(engine()) as standing_in_for_the_router:
+        out = StringIO()
+        call_command(
+            "router_overhead", engine=direct, router=standing_in_for_the_router, runs=3, pause=0, json=True, stdout=out
+        )
+    report = json.loads(out.getvalue())
+    assert report["runs"] == 3 and len(report["direct_all_ms"]) == len(report["routed_all_ms"]) == 3
+    assert report["direct_ttft_ms"] >= 20 and report["routed_ttft_ms"] >= 20 and report["cached_tokens"] == 16
+    assert report["ratio"] == pytest.approx(report["routed_ttft_ms"] / report["direct_ttft_ms"], rel=0.01)
+
+
 @pytest.mark.integration
 @pytest.mark.django_db
 def test_retrieval_latency_is_measured_on_a_synthetic_collection(chroma_server: str) -> None:

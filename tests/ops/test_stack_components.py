@@ -85,3 +85,26 @@ def test_the_model_conversion_runs_the_script_beside_the_components(
     monkeypatch.setattr(subprocess, "run", run)
     components.convert_embedded_model()
     assert Path(ran[0][1]).is_file() and Path(ran[0][1]).name == "convert_model.py"
+
+
+def test_the_router_stands_in_front_of_the_chat_engines_only_when_configured() -> None:
+    with override_settings(LAB_ROUTER=False):
+        assert components.router().disabled == "no router is configured (LAB_ROUTER=false)"
+    engines = ["http://gpu-a:8000", "http://gpu-b:8000"]
+    with override_settings(
+        LAB_ROUTER=True,
+        LAB_ROUTER_ENGINES=engines,
+        LAB_ROUTER_POLICY="consistent_hash",
+        LAB_ROUTER_PORT=8300,
+        LAB_ROUTER_METRICS_PORT=8301,
+    ):
+        router = components.router()
+    command = router.command
+    assert router.disabled is None and router.port == 8300
+    assert command[0].endswith(".venv-router/bin/vllm-router")
+    workers = command.index("--worker-urls") + 1
+    assert command[workers : workers + 2] == engines
+    assert command[command.index("--policy") + 1] == "consistent_hash"
+    assert command[command.index("--host") + 1] == command[command.index("--prometheus-host") + 1] == "127.0.0.1"
+    assert command[command.index("--prometheus-port") + 1] == "8301"
+    assert router.env["RUST_LOG"] == "warn"  # not a log line per routing decision

@@ -210,7 +210,13 @@ def test_the_wrapper_records_each_start_so_the_status_page_can_say_starting(
 
 def test_a_second_make_finds_every_install_and_the_model_up_to_date() -> None:
     AXE = str(AXE_JS.relative_to(ROOT))
-    targets = [".venv/.installed", ".venv-engine/.installed", "data/models/gemma-3-270m/config.json", AXE]
+    targets = [
+        ".venv/.installed",
+        ".venv-engine/.installed",
+        ".venv-router/.installed",
+        "data/models/gemma-3-270m/config.json",
+        AXE,
+    ]
     done = subprocess.run(["make", "--question", *targets], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, f"make would redo work: {done.stdout}{done.stderr}"
     dry = subprocess.run(

@@ -365,6 +365,18 @@ def test_without_a_pick_the_configured_engine_answers_and_is_named(fake: scripte
     assert frames[-1]["answer"]["timings"]["engine"] == {"name": "기본 엔진", "url": settings.VLLM_BASE_URL}
 
 
+def test_every_answer_carries_its_learners_session_for_a_router(
+    fake: scripted.Script,
+) -> None:
+    (first,) = _answers(_cookie("session-learner"))
+    (again,) = _answers(_cookie("session-learner"))
+    (other,) = _answers(_cookie("session-other"))
+    assert [f[-1]["answer"]["status"] for f in (first, again, other)] == ["done"] * 3
+    ids = [User.objects.get(username=name).pk for name in ("session-learner", "session-other")]
+    # X-Session-ID on each generation request (vllm-router's consistent_hash reads it; an engine ignores it).
+    assert fake.sessions == [f"learner-{ids[0]}", f"learner-{ids[0]}", f"learner-{ids[1]}"]
+
+
 @pytest.mark.parametrize(
     ("frame", "words"),
     [

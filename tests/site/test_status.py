@@ -153,6 +153,7 @@ def _failures() -> list[tuple[str, BaseException, str]]:
     from labapp.status import failures
     from rag.vectorstore import RetrievalUnavailable
     from rag.vllm.client import EngineUnavailable
+    from rag.vllm.router import NoHealthyEngine
 
     raw = "RAWTEXT http://gpu.internal:8000"
 
@@ -173,6 +174,8 @@ def _failures() -> list[tuple[str, BaseException, str]]:
             for reason in ("timeout", "http_status", "not_openai", "no_model", "model_missing")
         ],
         ("vllm", httpx.ConnectError(f"ConnectError {raw}"), "not_running"),
+        ("router", httpx.ConnectError(f"ConnectError {raw}"), "not_running"),
+        ("router", NoHealthyEngine(f"vllm-router at {raw}: none of its 2 engines is healthy"), "no_engine"),
         ("celery", failures.BrokerUnreachable(f"the broker ({raw}) is unreachable: ConnectionError"), "no_broker"),
         ("celery", failures.NoWorker(f"no Celery worker answered {raw}"), "no_worker"),
         ("embeddings", FileNotFoundError(f"[Errno 2] No such file: {raw}/model.onnx"), "not_installed"),
@@ -192,7 +195,7 @@ def _only_failing(monkeypatch: pytest.MonkeyPatch, key: str, exc: BaseException)
         raise exc
 
     kept = [p for p in status.PROBES if p.key == key]
-    monkeypatch.setattr(status, "PROBES", [replace(kept[0], call=fails, warmup=None)])
+    monkeypatch.setattr(status, "PROBES", [replace(kept[0], call=fails, warmup=None, configured=lambda: True)])
     cache.clear()
 
 

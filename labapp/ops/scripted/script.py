@@ -42,8 +42,10 @@ class Script:
     # Failures: a generation request is answered with this status and message.
     status: int = 200
     error_message: str = ""
-    # What it received: every generation request's body; set when a client left mid-stream.
+    # What it received: every generation request's body, and its X-Session-ID ("" without one: a
+    # router's consistent_hash reads it); set when a client left mid-stream.
     requests: list[dict[str, Any]] = field(default_factory=list)
+    sessions: list[str] = field(default_factory=list)
     disconnected: threading.Event = field(default_factory=threading.Event)
 
     @classmethod

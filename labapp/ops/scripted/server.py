@@ -104,7 +104,9 @@ class ScriptedServer:
         arrival = time.perf_counter()
         path, _, query = target.partition("?")
         try:
-            await self._route(writer, method, path, query, body, keep_alive=keep_alive, arrival=arrival)
+            await self._route(
+                writer, method, path, query, body, keep_alive=keep_alive, arrival=arrival, headers=headers
+            )
         except BadRequest as exc:
             self._respond(writer, 400, {"error": {"message": str(exc), "code": 400}}, keep_alive=keep_alive)
         await writer.drain()
@@ -134,6 +136,7 @@ class ScriptedServer:
         *,
         keep_alive: bool,
         arrival: float,
+        headers: dict[str, str],
     ) -> None:
         gets = self._gets()
         posts = ("/tokenize", *_GENERATE)
@@ -149,7 +152,9 @@ class ScriptedServer:
         elif path == "/tokenize":
             self._tokenize(writer, json_object(body), keep_alive=keep_alive)
         else:
-            await self._generate(writer, path, json_object(body), keep_alive=keep_alive, arrival=arrival)
+            payload = json_object(body)
+            self.script.sessions.append(headers.get("x-session-id", ""))
+            await self._generate(writer, path, payload, keep_alive=keep_alive, arrival=arrival)
 
     def _tokenize(self, writer: asyncio.StreamWriter, payload: dict[str, Any], *, keep_alive: bool) -> None:
         script = self.script

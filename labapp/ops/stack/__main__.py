@@ -90,6 +90,8 @@ def _refusal(name: str, component: Component) -> str | None:
     """Why the component cannot be started here (None: it can), after its preparation."""
     from labapp.ops.stack.components import PrepareError
 
+    if component.disabled:
+        return f"not started: {component.disabled}"
     if component.external:
         return f"not started here: using the external server at {component.external}"
     if component.port is not None and port_in_use(component.port):

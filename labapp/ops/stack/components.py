@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[3]
 CONVERT_SCRIPT = Path(__file__).resolve().with_name("convert_model.py")  # run by the engine's Python
 VENV_BIN = Path(sys.executable).parent
 ENGINE_PYTHON = ROOT / ".venv-engine" / "bin" / "python"
+ROUTER_BINARY = ROOT / ".venv-router" / "bin" / "vllm-router"
 EMBEDDED_MODEL_NAME = "gemma-3-270m"
 
 
@@ -42,6 +43,7 @@ class Component:
     prepare: Callable[[], None] | None = None
     ready_timeout_s: float = 60.0
     one_shot: bool = False  # runs to completion, then the wrapper idles
+    disabled: str | None = None  # why it is not part of this lab (not started), if it is not
 
 
 def data_dir(*parts: str) -> Path:
@@ -301,6 +303,50 @@ def engine() -> Component:
     )
 
 
+# vllm-router's defaults suit a cluster: a health check a minute, five failed requests before its
+# circuit breaker takes an engine out (each request that meets a dead engine fails until then), and a
+# startup check every 30 s. A class's engines are few: a dead one costs two failed attempts, after
+# which the request is retried on another engine (tests/ops/test_router.py kills one), and its
+# health checks find it down within about 10 s (the status page's engine list).
+ROUTER_FLAGS = (
+    "--worker-startup-timeout-secs", "900",  # the engine's own ready_timeout_s: it may still be starting
+    "--worker-startup-check-interval", "2",
+    "--health-check-interval-secs", "5",
+    "--health-failure-threshold", "2",
+    "--health-success-threshold", "1",
+    "--cb-failure-threshold", "2",
+    "--cb-timeout-duration-secs", "15",
+    "--retry-max-retries", "3",
+    "--request-timeout-secs", "600",
+)  # fmt: skip
+
+
+def router() -> Component:
+    """vllm-router in front of the chat's engines (LAB_ROUTER_ENGINES, or the configured one); it
+    listens once one of them is healthy."""
+    port = settings.LAB_ROUTER_PORT
+    command = [
+        str(ROUTER_BINARY),
+        "--host", "127.0.0.1",
+        "--port", str(port),
+        "--worker-urls", *settings.LAB_ROUTER_ENGINES,
+        "--policy", settings.LAB_ROUTER_POLICY,
+        "--prometheus-host", "127.0.0.1",
+        "--prometheus-port", str(settings.LAB_ROUTER_METRICS_PORT),
+        *ROUTER_FLAGS,
+    ]  # fmt: skip
+    return Component(
+        name="router",
+        command=command,
+        port=port,
+        # Its INFO log is a few lines per request (each consistent-hash decision).
+        env={"RUST_LOG": os.environ.get("RUST_LOG", "warn")},
+        ready=lambda: _http_ok(f"http://127.0.0.1:{port}/workers"),
+        ready_timeout_s=900.0,
+        disabled=None if settings.LAB_ROUTER else "no router is configured (LAB_ROUTER=false)",
+    )
+
+
 def _worker_answers() -> bool:
     from labapp.status.probes import probe_celery
 
@@ -378,6 +424,7 @@ BUILDERS: dict[str, Callable[[], Component]] = {
     "redis": redis,
     "chroma": chroma,
     "engine": engine,
+    "router": router,
     "worker": worker,
     "web": web,
     "index": index,

@@ -54,6 +54,8 @@ class Service:
 
 def start(name: str, log_dir: Path) -> Service:
     component = BUILDERS[name]()
+    if component.disabled:
+        raise ServiceFailed(f"{name}: not started: {component.disabled}")
     if component.port is not None and port_in_use(component.port):
         raise ServiceFailed(f"{name}: port {component.port} is already in use")
     if component.prepare is not None:
@@ -78,6 +80,8 @@ def start_missing(names: tuple[str, ...], log_dir: Path, *, tag: str) -> list[Se
     try:
         for name in names:
             component = BUILDERS[name]()
+            if component.disabled:
+                continue
             if component.external or (component.ready is not None and component.ready()):
                 print(f"[{tag}] {name}: already running", flush=True)
                 continue

@@ -1,0 +1,47 @@
+"""vllm-router, in front of the chat's engines when LAB_ROUTER is on: the pool it reports.
+
+The router (started by ``labapp.ops.stack.components.router``) is an OpenAI-compatible server:
+the chat streams through it with ``rag.vllm.client`` as through an engine (``client.chat_url``).
+Only what is its own is asked here: ``GET /workers``, each engine with the router's verdict on
+its health (its checks every few seconds, and its circuit breaker after failed requests).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import httpx
+from django.conf import settings
+
+from rag.vllm.client import tls
+
+
+@dataclass(frozen=True)
+class Worker:
+    url: str
+    healthy: bool
+    load: int  # requests the router has in flight on it
+
+
+class NoHealthyEngine(RuntimeError):
+    """The router answers, but none of its engines is healthy: a chat request has nowhere to go."""
+
+
+def url() -> str:
+    """The embedded router's address."""
+    return str(settings.ROUTER_URL)
+
+
+def workers(*, timeout: float = 3.0) -> list[Worker]:
+    """The router's engines as it sees them; an httpx error when it does not answer."""
+    with httpx.Client(base_url=url(), timeout=timeout, verify=tls()) as http:
+        response = http.get("/workers")
+        response.raise_for_status()
+    listed = response.json().get("workers")
+    if not isinstance(listed, list):
+        raise ValueError("the router's /workers has no list of workers")
+    return [
+        Worker(url=str(w.get("url", "?")), healthy=w.get("is_healthy") is True, load=int(w.get("load") or 0))
+        for w in listed
+        if isinstance(w, dict)
+    ]
