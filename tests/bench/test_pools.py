@@ -279,3 +279,35 @@ def test_the_chat_goes_to_a_chatting_engine_that_is_not_measuring_and_shares_the
     assert pools.chat_engine(configured.url).url == "http://both"  # the pick is measuring: the other one
     waiting(ana, status="running", engine_url="http://both", started_at=timezone.now())
     assert pools.chat_engine(configured.url).url == configured.url  # both measure: the pick, shared
+
+
+@pytest.mark.django_db
+def test_an_instructor_registers_an_engine_in_a_pool_with_a_role_and_the_page_shows_both() -> None:
+    admin = User.objects.create(username="admin-p", is_staff=True)
+    client = Client()
+    client.force_login(admin)
+    client.post("/engines/add/", {"name": "h200-a", "base_url": "http://h200-a:8000", "hardware": "H200",
+                                  "pool": " gpu ", "role": "measure"})  # fmt: skip
+    client.post("/engines/add/", {"name": "plain", "base_url": "http://plain:8000"})
+    refused = client.post("/engines/add/", {"name": "odd", "base_url": "http://odd:8000", "role": "boss"}, follow=True)
+    assert "역할은" in refused.content.decode() and not Engine.objects.filter(name="odd").exists()
+    rows = {e.name: (e.pool, e.role) for e in Engine.objects.all()}
+    assert rows == {"h200-a": ("gpu", "measure"), "plain": ("default", "both")}
+    page = client.get("/engines/").content.decode()
+    assert 'data-pool="gpu"' in page and 'data-role="measure"' in page and "측정과 채팅" in page
+
+
+@pytest.mark.django_db
+def test_the_chat_socket_asks_away_from_the_learners_pick_while_a_job_measures_on_it() -> None:
+    from bench import selectors
+
+    (ana,) = learners("ana")
+    picked = Engine.objects.create(name="picked", base_url="http://picked", role="both")
+    client = Client()
+    client.force_login(ana)
+    client.post("/engines/pick/", {"engine": str(picked.pk)})
+    key = client.session.session_key
+    assert selectors.chat_engine(key).url == "http://picked"
+    waiting(ana, status="running", engine_url="http://picked", started_at=timezone.now())
+    away = selectors.chat_engine(key)  # what labapp.asgi passes to the chat consumer
+    assert (away.url, away.name) == ("", "기본 엔진")  # the configured engine of the pool, which is free
