@@ -63,7 +63,8 @@ def engine_lock(engine_url: str, *, hold_s: int = ENGINE_LOCK_S) -> Iterator[Eng
     import redis
 
     client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5, socket_connect_timeout=5)
-    lock = client.lock(f"lab:bench-engine:{engine_url}", timeout=hold_s, thread_local=False)
+    # One key per engine however its address is spelled (a job's may end with a slash).
+    lock = client.lock(f"lab:bench-engine:{engine_url.rstrip('/')}", timeout=hold_s, thread_local=False)
     try:
         acquired = lock.acquire(blocking=False)
     except redis.RedisError as exc:

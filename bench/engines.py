@@ -1,5 +1,6 @@
 """The engines a run can use: the configured one plus those admins and instructors register
-(who may: ``labapp.access.may_register_engine``)."""
+(who may: ``labapp.access.may_register_engine``), each in a pool with a role (which engine runs
+which job, and where the chat goes: ``bench.pools``)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from django.core.cache import cache
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, gettext_noop
 
-from bench.models import Engine
+from bench.models import DEFAULT_POOL, Engine
 from labapp import addresses, said
 from rag.vllm import client as vllm_client
 
@@ -36,6 +37,22 @@ class Choice:
     model: str = ""
     configured: bool = False
     id: int | None = None  # the registered engine's row
+    pool: str = DEFAULT_POOL
+    role: str = Engine.Role.BOTH
+
+    @property
+    def measures(self) -> bool:
+        """Lab runs and benchmark jobs may run on it."""
+        return self.role in (Engine.Role.MEASURE, Engine.Role.BOTH)
+
+    @property
+    def chats(self) -> bool:
+        """The chat may answer on it."""
+        return self.role in (Engine.Role.CHAT, Engine.Role.BOTH)
+
+    @property
+    def role_label(self) -> str:
+        return str(Engine.Role(self.role).label)
 
     @property
     def key(self) -> str:
@@ -45,7 +62,9 @@ class Choice:
 
 def choices() -> list[Choice]:
     default = Choice(vllm_client.base_url(), _("기본 엔진"), configured=True)
-    rows = [Choice(e.base_url, e.name, e.hardware, e.model, id=e.pk) for e in Engine.objects.all()]
+    rows = [
+        Choice(e.base_url, e.name, e.hardware, e.model, id=e.pk, pool=e.pool, role=e.role) for e in Engine.objects.all()
+    ]
     return [default] + [c for c in rows if c.url != default.url]
 
 
@@ -57,9 +76,11 @@ def chosen_url(session: Any, options: list[Choice] | None = None) -> str:
     return wanted if wanted in urls else vllm_client.base_url()
 
 
-def name_of(url: str) -> str:
-    """The engine's name, or (for one no longer registered) its address as a reader may see it."""
-    return next((c.name for c in choices() if c.url == url), addresses.shown(url))
+def name_of(url: str, options: list[Choice] | None = None) -> str:
+    """The engine's name (among ``options``, default: ``choices()``), or (for one no longer registered)
+    its address as a reader may see it."""
+    found = choices() if options is None else options
+    return next((c.name for c in found if c.url.rstrip("/") == url.rstrip("/")), addresses.shown(url))
 
 
 class EngineError(ValueError):
@@ -80,10 +101,26 @@ def is_web_address(url: str) -> bool:
     return parsed.scheme in ("http", "https") and bool(parsed.hostname)
 
 
-def engine_add(*, user: Any, name: str, base_url: str, model: str = "", hardware: str = "") -> Engine:
-    name, base_url = name.strip(), base_url.strip().rstrip("/")
+POOL_MAX = 50
+
+
+def engine_add(
+    *,
+    user: Any,
+    name: str,
+    base_url: str,
+    model: str = "",
+    hardware: str = "",
+    pool: str = "",
+    role: str = Engine.Role.BOTH,
+) -> Engine:
+    name, base_url, pool = name.strip(), base_url.strip().rstrip("/"), pool.strip() or DEFAULT_POOL
     if not name:
         raise EngineError("name", _("이름을 적어 주세요."))
+    if len(pool) > POOL_MAX:
+        raise EngineError("pool", _("풀 이름은 %(n)d자까지입니다.") % {"n": POOL_MAX})
+    if role not in Engine.Role.values:
+        raise EngineError("role", _("역할은 측정, 채팅, 측정과 채팅 중 하나입니다."))
     if not is_web_address(base_url):
         raise EngineError("base_url", str(NOT_A_WEB_ADDRESS))
     if Engine.objects.filter(name=name).exists():
@@ -91,7 +128,13 @@ def engine_add(*, user: Any, name: str, base_url: str, model: str = "", hardware
     if base_url == vllm_client.base_url().rstrip("/") or Engine.objects.filter(base_url=base_url).exists():
         raise EngineError("base_url", _("이 주소의 엔진은 이미 있습니다."))
     return Engine.objects.create(
-        name=name, base_url=base_url, model=model.strip(), hardware=hardware.strip(), added_by_id=user.pk
+        name=name,
+        base_url=base_url,
+        model=model.strip(),
+        hardware=hardware.strip(),
+        pool=pool,
+        role=role,
+        added_by_id=user.pk,
     )
 
 

@@ -71,9 +71,10 @@ class JobRun:
     ``finish`` and ``fail`` push their last message through a short ``async_to_sync``.
     """
 
-    def __init__(self, job_id: int, *, lease: EngineLease | None = None) -> None:
+    def __init__(self, job_id: int, *, lease: EngineLease | None = None, engine_url: str | None = None) -> None:
         self.job_id = job_id
         self.lease = lease  # the engine lock held for the job: the heartbeat renews it
+        self.engine_on = engine_url  # the engine chosen for it (bench.pools), saved as the one that measured
         self.attempt = 0  # this run's attempt, once claimed
         self.kind = ""
         self.engine_url = ""
@@ -94,15 +95,19 @@ class JobRun:
     def run(self) -> BenchJob:
         """Claim the job and measure it to its end; the row as it is afterwards."""
         if self.claim():
-            try:
-                # Read here, not in claim: a saved config that no longer parses fails the job at once.
-                self.config = kinds.config_for(self.kind, self.raw_config)
-                results, cancelled = async_to_sync(self.measure)()
-            except Exception as exc:
-                self.fail(exc)
-            else:
-                self.finish(results, cancelled)
+            self.carry()
         return BenchJob.objects.get(pk=self.job_id)
+
+    def carry(self) -> None:
+        """Measure the claimed job to its end: finished, cancelled or failed, saved on the row."""
+        try:
+            # Read here, not in claim: a saved config that no longer parses fails the job at once.
+            self.config = kinds.config_for(self.kind, self.raw_config)
+            results, cancelled = async_to_sync(self.measure)()
+        except Exception as exc:
+            self.fail(exc)
+        else:
+            self.finish(results, cancelled)
 
     def claim(self) -> bool:
         """Take the job for this run: True when it is now this run's to measure.
@@ -138,8 +143,10 @@ class JobRun:
                 "시도 %(lost)d의 워커가 작업 도중 사라져 처음부터 다시 시작했습니다 (시도 %(attempt)d/%(most)d)."
             ) % {"lost": job.attempts, "attempt": self.attempt, "most": most}
         now = timezone.now()
+        engine_url = self.engine_on or job.engine_url
         claimed = BenchJob.objects.filter(pk=job.pk, status=job.status, attempts=job.attempts).update(
             status=BenchJob.Status.RUNNING,
+            engine_url=engine_url,
             started_at=now,
             heartbeat_at=now,
             finished_at=None,
@@ -150,7 +157,7 @@ class JobRun:
         )
         if not claimed:
             return False  # another delivery claimed it first
-        self.kind, self.engine_url, self.total = job.kind, job.engine_url, job.total_requests
+        self.kind, self.engine_url, self.total = job.kind, engine_url, job.total_requests
         self.raw_config = dict(job.config)
         return True
 

@@ -28,6 +28,9 @@ class KindChoices(BaseChoiceIterator):
         yield from registry.choices()
 
 
+DEFAULT_POOL = "default"  # the configured engine's pool, and every engine's unless registered in another
+
+
 class BenchJob(said.KeepsError, models.Model):
     """A benchmark job: the database row is the source of truth for its state and results."""
 
@@ -43,7 +46,13 @@ class BenchJob(said.KeepsError, models.Model):
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="bench_jobs")
     kind = models.CharField(max_length=16, choices=KindChoices())  # a name in the registry of job kinds
     config = models.JSONField(default=dict)
+    # The engine that measured it (bench.pools): while it waits, the engine it was asked for.
     engine_url = models.CharField(max_length=300)
+    # Where it waits (bench.pools): the pool and hardware label of the engine it was asked for; a job
+    # not ``pinned`` runs on the first free measuring engine of that pool with that hardware.
+    pool = models.CharField(max_length=50, default=DEFAULT_POOL)
+    hardware = models.CharField(max_length=200, blank=True)
+    pinned = models.BooleanField(default=True)  # runs on engine_url only
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.QUEUED)
     cancel_requested = models.BooleanField(default=False)
     done_requests = models.PositiveIntegerField(default=0)
@@ -72,7 +81,10 @@ class BenchJob(said.KeepsError, models.Model):
 
     class Meta:
         ordering = ["-created_at"]
-        indexes = [models.Index(fields=["owner", "lab"], name="benchjob_owner_lab")]
+        indexes = [
+            models.Index(fields=["owner", "lab"], name="benchjob_owner_lab"),
+            models.Index(fields=["status", "pool", "hardware"], name="benchjob_queue"),
+        ]
 
     @property
     def progress_percent(self) -> int:
@@ -102,13 +114,21 @@ class BenchJob(said.KeepsError, models.Model):
 class Engine(models.Model):
     """A vLLM endpoint registered by an admin or instructor; learners pick one for their runs.
 
-    The configured engine (VLLM_BASE_URL) is always there without a row.
+    The configured engine (VLLM_BASE_URL) is always there without a row, in the default pool
+    with both roles. Which engine runs which job, and where the chat goes: ``bench.pools``.
     """
+
+    class Role(models.TextChoices):
+        MEASURE = "measure", _("측정")  # lab runs and benchmark jobs, one at a time
+        CHAT = "chat", _("채팅")  # shared by the chat, never measured on
+        BOTH = "both", _("측정과 채팅")
 
     name = models.CharField(max_length=100, unique=True)
     base_url = models.CharField(max_length=300, unique=True)
     model = models.CharField(max_length=200, blank=True)  # empty: the first model it serves
     hardware = models.CharField(max_length=200, blank=True)  # e.g. "H200", "2-core CPU"
+    pool = models.CharField(max_length=50, default=DEFAULT_POOL)
+    role = models.CharField(max_length=8, choices=Role.choices, default=Role.BOTH)
     added_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
 

@@ -9,19 +9,13 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import F
 from django.utils.translation import gettext as _
 
-from bench import engines
+from bench import engines, pools
 from bench.kinds import registry
 from bench.models import BenchJob
 from rag.chat import Engine, Speeds
 from rag.vllm import client as vllm_client
 
 PROBES_LOOKED_AT = 20  # how far back a finished run without both speeds is skipped
-
-
-def _same_engine(url: str) -> list[str]:
-    """The spellings of one engine's URL a job may carry (with and without the trailing slash)."""
-    bare = url.rstrip("/")
-    return [bare, bare + "/"]
 
 
 def speeds_lab() -> int | None:
@@ -31,15 +25,16 @@ def speeds_lab() -> int | None:
 
 def speed_probe_speeds(user: AbstractBaseUser, engine_url: str) -> Speeds | None:
     """The prefill and decode speeds of the learner's latest finished run of the speeds lab (Lab 1) on
-    ``engine_url`` that measured both (None: none yet there). Only runs made for that lab count
-    (``BenchJob.lab``), never a /bench/ job or a chat answer; another engine's speeds would estimate
+    ``engine_url``, or on an engine of its pool with the same hardware (where its lab runs go,
+    ``bench.pools``), that measured both (None: none yet there). Only runs made for that lab count
+    (``BenchJob.lab``), never a /bench/ job or a chat answer; other hardware's speeds would estimate
     this one's times wrongly."""
     number = speeds_lab()
     if number is None:
         return None
     probes = (
         BenchJob.objects.filter(
-            owner_id=user.pk, lab=number, status=BenchJob.Status.DONE, engine_url__in=_same_engine(engine_url)
+            owner_id=user.pk, lab=number, status=BenchJob.Status.DONE, engine_url__in=pools.comparable_urls(engine_url)
         )
         .order_by(F("finished_at").desc(nulls_last=True), "-pk")
         .values("pk", "results")[:PROBES_LOOKED_AT]
@@ -69,12 +64,13 @@ def chat_speeds(user: AbstractBaseUser, engine_url: str | None = None) -> Speeds
 
 
 def chat_engine(session_key: str | None) -> Engine:
-    """The engine the learner picked on the engines page (kept in their session, read afresh), where
-    the chat answers; the configured one when they picked none or their pick is gone."""
+    """Where the chat answers: the engine the learner picked on the engines page (kept in their session,
+    read afresh; the configured one when they picked none or their pick is gone), or, when it does not
+    chat or is measuring a job, another chatting engine of its pool (``bench.pools.chat_engine``)."""
     session = import_module(settings.SESSION_ENGINE).SessionStore(session_key) if session_key else None
     options = engines.choices()  # one read of the registered engines
     url = engines.chosen_url(session, options)
-    choice = next((c for c in options if c.url == url), None)
-    if choice is None or choice.configured:
-        return Engine(name=choice.name if choice else "")
+    choice = pools.chat_engine(url, options)
+    if choice.configured:
+        return Engine(name=choice.name)
     return Engine(url=choice.url, name=choice.name, model=choice.model)

@@ -16,7 +16,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from bench import kinds, reaper
+from bench import kinds, pools, reaper
 from bench.engine_lock import EngineLease
 from bench.jobrun import JobRun
 from bench.models import BenchJob
@@ -29,10 +29,12 @@ def job_create(
     kind: str,
     config: dict[str, Any],
     engine_url: str | None = None,
+    pinned: bool = True,
     lab: int | None = None,
     prediction: dict[str, Any] | None = None,
 ) -> BenchJob:
-    """A job on ``engine_url`` (the learner's chosen engine; default the configured one).
+    """A job on ``engine_url`` (the learner's chosen engine; default the configured one), or, when not
+    ``pinned``, on the first free measuring engine of that engine's pool with its hardware (``bench.pools``).
 
     ``lab`` and ``prediction`` are set by a lab page's run form only (the run counts for that
     lab; the learner's prediction is compared with what it measures)."""
@@ -40,12 +42,17 @@ def job_create(
 
     reaper.jobs_reap_stale()  # a lost worker's job does not hold the queue up in front of the new one
     seeded = config | {"seed": random.SystemRandom().randrange(1, 1 << 30)}  # fresh prompts: no cache hits
+    url = engine_url or vllm_client.base_url()
+    pool, hardware = pools.queue_of(url)
     with transaction.atomic():
         job = BenchJob.objects.create(
             owner_id=owner.pk,
             kind=kind,
             config=seeded,
-            engine_url=engine_url or vllm_client.base_url(),
+            engine_url=url,
+            pool=pool,
+            hardware=hardware,
+            pinned=pinned,
             total_requests=kinds.config_for(kind, seeded).total_requests,
             lab=lab,
             prediction=prediction,
@@ -68,16 +75,35 @@ class JobsBusy(Exception):
         )
 
 
+class RunWaiting(JobsBusy):
+    """The owner already has a run waiting for an engine: one at a time, so that the queue stays fair."""
+
+    def __init__(self, waiting: BenchJob, retry_after_s: int) -> None:
+        self.waiting = waiting
+        self.retry_after_s = retry_after_s
+        what = waiting.kind_spec.label if waiting.kind_spec is not None else waiting.kind
+        Exception.__init__(
+            self,
+            _(
+                "이미 엔진을 기다리는 실행이 있습니다: #%(id)d (%(what)s). 한 사람은 한 번에 실행 하나만 "
+                "기다릴 수 있습니다. 그 실행이 시작된 뒤에 다시 내거나, 그 실행을 취소하세요."
+            )
+            % {"id": waiting.pk, "what": what},
+        )
+
+
 def job_submit(
     *,
     owner: AbstractBaseUser,
     kind: str,
     config: dict[str, Any],
     engine_url: str | None = None,
+    pinned: bool = False,
     lab: int | None = None,
     prediction: dict[str, Any] | None = None,
 ) -> BenchJob:
-    """``job_create`` for a person at a web page: refused with ``JobsBusy`` past the per-user limit.
+    """``job_create`` for a person at a web page, on the pool of their chosen engine unless ``pinned``:
+    refused with ``JobsBusy`` past the per-user limit, and with ``RunWaiting`` while one of theirs waits.
 
     The count and the create are one transaction holding the owner's row locked
     (PostgreSQL: ``SELECT ... FOR UPDATE``; SQLite ignores that, and its ``BEGIN IMMEDIATE``
@@ -89,7 +115,20 @@ def job_submit(
         wait_s = busy_retry_after_s(owner=owner)
         if wait_s is not None:
             raise JobsBusy(wait_s)
-        return job_create(owner=owner, kind=kind, config=config, engine_url=engine_url, lab=lab, prediction=prediction)
+        waiting = BenchJob.objects.filter(owner_id=owner.pk, status=BenchJob.Status.QUEUED).order_by("pk").first()
+        if waiting is not None:
+            found = pools.place(waiting)
+            starts = found.starts_in_s if found is not None else None
+            raise RunWaiting(waiting, RETRY_GUESS_S if starts is None else max(5, round(starts)))
+        return job_create(
+            owner=owner,
+            kind=kind,
+            config=config,
+            engine_url=engine_url,
+            pinned=pinned,
+            lab=lab,
+            prediction=prediction,
+        )
 
 
 def job_cancel(*, job: BenchJob) -> BenchJob:
@@ -103,13 +142,9 @@ def job_cancel(*, job: BenchJob) -> BenchJob:
 
 
 def queue_position(job: BenchJob) -> int:
-    """1 = next to run on its engine (0 when it is not waiting)."""
-    if job.status != BenchJob.Status.QUEUED:
-        return 0
-    ahead = BenchJob.objects.filter(
-        engine_url=job.engine_url, status__in=[BenchJob.Status.QUEUED, BenchJob.Status.RUNNING], pk__lt=job.pk
-    )
-    return ahead.count() + 1
+    """1 = the next to start on a free engine of its queue, in the fair order (0 when it is not waiting)."""
+    found = pools.place(job)
+    return found.position if found is not None else 0
 
 
 RETRY_GUESS_S = 30  # when no running job of the user's has progress to go by

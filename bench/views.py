@@ -12,7 +12,7 @@ from django.shortcuts import redirect, render
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
-from bench import access, charts, comparison, engines, exports, plotting, reaper, services, stats
+from bench import access, charts, comparison, engines, exports, plotting, pools, reaper, services, stats
 from bench.forms import JobForm
 from bench.kinds import registry
 from bench.models import BenchJob
@@ -41,18 +41,20 @@ def bench_list(request: HttpRequest) -> HttpResponse:
                 kind=form.cleaned_data["kind"],
                 config=form.cleaned_data["config"],
                 engine_url=engines.chosen_url(request.session),
+                pinned=request.POST.get("pinned") == "on",  # else any free measuring engine of its pool
             )
             return redirect("bench_detail", job_id=job.pk)
         except services.JobsBusy as exc:
             form.add_error(None, str(exc))  # nothing is made: one of theirs has to end first
     mine = access.jobs_of(request.user)[:50]
-    queue = BenchJob.objects.filter(status__in=[BenchJob.Status.QUEUED, BenchJob.Status.RUNNING]).order_by("pk")
+    options = engines.choices()
     queue_rows = [
-        {"job": j, "mine": access.owns(request.user, j), "position": services.queue_position(j)} for j in queue
+        {"job": j, "mine": access.owns(request.user, j), "place": at, "engine": engines.name_of(j.engine_url, options)}
+        for j, at in pools.board()
     ]
     engine = engines.chosen_url(request.session)
     context = {"form": form, "jobs": mine, "queue": queue_rows, "engine_name": engines.name_of(engine)}
-    return render(request, "bench/list.html", context | {"engine_url": engine})
+    return render(request, "bench/list.html", context | {"engine_url": engine, "queue_of": pools.queue_of(engine)})
 
 
 def _charts(kind: str, jobs_: list[BenchJob]) -> list[dict[str, Any]]:
@@ -63,7 +65,7 @@ def _charts(kind: str, jobs_: list[BenchJob]) -> list[dict[str, Any]]:
 def bench_detail(request: HttpRequest, job_id: int) -> HttpResponse:
     reaper.jobs_reap_stale()
     job = access.job_for(request.user, job_id)
-    context = {"job": job, "position": services.queue_position(job), "charts": _charts(job.kind, [job])}
+    context: dict[str, Any] = {"job": job, "place": pools.place(job), "charts": _charts(job.kind, [job])}
     context["engine_name"] = engines.name_of(job.engine_url)
     template = "bench/job_panel.html" if request.headers.get("HX-Request") == "true" else "bench/detail.html"
     return render(request, template, context)

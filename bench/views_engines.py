@@ -11,6 +11,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from bench import access, engines
+from bench.models import Engine
 from labapp.access import may_register_engine
 
 
@@ -24,6 +25,7 @@ def engine_list(request: HttpRequest) -> HttpResponse:
         "show_detail": can_manage,  # who registers engines may read why one is down; learners the reason only
         "removable": access.removable_engines(request.user),
         "form": request.session.pop("engine_form", {}),
+        "roles": Engine.Role.choices,
     }
     return render(request, "bench/engines.html", context)
 
@@ -45,7 +47,8 @@ def engine_pick(request: HttpRequest) -> HttpResponse:
 def engine_add(request: HttpRequest) -> HttpResponse:
     if not may_register_engine(request.user):
         raise Http404("not allowed")
-    fields = {key: request.POST.get(key, "") for key in ("name", "base_url", "model", "hardware")}
+    fields = {key: request.POST.get(key, "") for key in ("name", "base_url", "model", "hardware", "pool", "role")}
+    fields["role"] = fields["role"] or Engine.Role.BOTH
     try:
         engines.engine_add(user=request.user, **fields)
     except engines.EngineError as exc:

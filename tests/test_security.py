@@ -280,7 +280,8 @@ def test_a_learner_with_the_most_active_jobs_is_told_to_wait_and_nothing_is_made
     client, made = bench_client
     owner = User.objects.get(username="learner1")
     now = timezone.now()
-    BenchJob.objects.create(owner=owner, kind="speed", engine_url="http://x")
+    # Running, not waiting: a learner with a run waiting may not send another at all (test_pools).
+    BenchJob.objects.create(owner=owner, kind="speed", engine_url="http://x", status=BenchJob.Status.RUNNING)
     BenchJob.objects.create(owner=owner, kind="speed", engine_url="http://x", status=BenchJob.Status.DONE)
     BenchJob.objects.create(
         owner=owner,

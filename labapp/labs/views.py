@@ -12,7 +12,7 @@ from django.shortcuts import redirect, render
 from django.utils import timezone, translation
 from django.views.decorators.http import require_POST
 
-from bench import charts, engines, services
+from bench import charts, engines, pools, services
 from bench import selectors as bench_selectors
 from labapp.chapter.selectors import section_in
 from labapp.labs import predict
@@ -96,7 +96,8 @@ def lab_page(request: HttpRequest, number: int) -> HttpResponse:
         "state": state,
         "section": section_in(lab.slug, language),
         "job": state.job,
-        "position": services.queue_position(state.job) if state.job is not None else 0,
+        "place": pools.place(state.job) if state.job is not None else None,
+        "engine_name": engines.name_of(state.job.engine_url) if state.job is not None else "",
         "charts": (
             charts.charts(lab.job_kind, [(f"#{checked.pk}", checked.results)], engine_panels=lab.engine_panels)
             if checked

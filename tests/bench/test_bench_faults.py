@@ -556,3 +556,62 @@ def test_the_engine_lease_renews_takes_back_a_lost_lock_and_never_raises(stack: 
     with pytest.raises(EngineBusy):  # Redis down: the task retries later
         with engine_lock("http://lease"):
             pass
+
+
+@pytest.mark.integration
+def test_a_worker_killed_mid_run_in_a_pool_loses_no_waiting_run_and_runs_none_twice(
+    stack: Stack, owner: User, settings: Any
+) -> None:
+    from bench.models import Engine
+
+    # The scripted engine is a registered one in a pool of its own, for this process and the worker alike
+    # (which has its own configured engine): not this process's configured engine.
+    settings.VLLM_BASE_URL = "http://127.0.0.1:9"
+    tag = uuid.uuid4().hex[:8]
+    engine = Engine.objects.create(
+        name=f"faults-{tag}", base_url=stack.engine_url, pool=f"faults-{tag}", hardware="scripted", role="measure"
+    )
+    other = User.objects.create_user(username=f"faults-other-{tag}")
+    try:
+        first = stack.start_worker()
+        wait_for(lambda: bool(stack.client().exists("_kombu.binding.bench")), "the worker listens on the bench queue")
+        ana, ben = (  # one engine in the pool: Ana's run goes first (neither was served), Ben's waits
+            services.job_submit(owner=who, kind="speed", config={"repeats": 1}, engine_url=stack.engine_url)
+            for who in (owner, other)
+        )
+        assert not ana.pinned and not ben.pinned
+
+        def ana_mid_run() -> bool:
+            ana.refresh_from_db()
+            assert ana.status in (BenchJob.Status.QUEUED, BenchJob.Status.RUNNING), (ana.error, first.text()[-3000:])
+            return ana.status == BenchJob.Status.RUNNING and ana.done_requests >= 1
+
+        wait_for(ana_mid_run, "Ana's run is measuring")
+        first.kill()
+        assert int(stack.client().hlen("unacked")) >= 1  # acks_late: the tasks are not lost with their worker
+
+        def reaped() -> bool:
+            reaper.jobs_reap_stale()
+            ana.refresh_from_db()
+            return ana.status != BenchJob.Status.RUNNING
+
+        wait_for(reaped, "the lost worker's run is reaped", timeout=15)
+        assert ana.status == BenchJob.Status.FAILED and "작업 도중 사라졌습니다" in ana.error
+        # The killed worker's engine lock still guards the engine; it expires within ENGINE_LOCK_S, sooner here.
+        assert stack.client().delete(f"lab:bench-engine:{stack.engine_url}") == 1
+        second = stack.start_worker()
+        stack.redeliver_unacked()
+
+        def ben_done() -> bool:
+            ben.refresh_from_db()
+            return ben.status not in (BenchJob.Status.QUEUED, BenchJob.Status.RUNNING)
+
+        wait_for(ben_done, "Ben's waiting run runs on the next worker", timeout=40)
+        wait_for(stack.drained, "every delivery is consumed and acknowledged")
+        assert ben.status == BenchJob.Status.DONE, (ben.error, second.text()[-3000:])
+        assert ben.attempts == 1 and ben.engine_url == stack.engine_url and results_summary(ben) == [(1, 0)] * 4
+        ana.refresh_from_db()
+        assert ana.status == BenchJob.Status.FAILED and ana.attempts == 1  # not run again
+    finally:
+        other.delete()
+        engine.delete()

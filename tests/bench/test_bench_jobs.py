@@ -144,7 +144,7 @@ def test_cancelling_a_queued_job_ends_it_at_once() -> None:
     owner = User.objects.create(username="queue")
     first = BenchJob.objects.create(owner=owner, kind="speed", engine_url="http://e", status=BenchJob.Status.RUNNING)
     second = BenchJob.objects.create(owner=owner, kind="speed", engine_url="http://e")
-    assert services.queue_position(second) == 2 and services.queue_position(first) == 0
+    assert services.queue_position(second) == 1 and services.queue_position(first) == 0  # 1: next when it frees
     assert services.job_cancel(job=second).status == BenchJob.Status.CANCELLED
     assert services.job_cancel(job=first).cancel_requested is True
 

@@ -86,13 +86,14 @@ def test_a_learners_pick_goes_with_their_jobs_and_lab_runs(fake: str, monkeypatc
     made: list[dict[str, Any]] = []
 
     def job_create(**kw: Any) -> BenchJob:
-        made.append(kw)
-        return BenchJob.objects.create(owner=learner, kind=kw["kind"], engine_url=kw["engine_url"])
+        made.append(kw)  # measured at once (a learner has one waiting run at most)
+        return BenchJob.objects.create(owner=learner, kind=kw["kind"], engine_url=kw["engine_url"], status="done")
 
     monkeypatch.setattr(services, "job_create", job_create)
-    client.post("/bench/", {"kind": "speed", "repeats": "1"})
+    client.post("/bench/", {"kind": "speed", "repeats": "1", "pinned": "on"})
     client.post("/labs/4/run/")
     assert [m["engine_url"] for m in made] == [fake, fake]
+    assert [m["pinned"] for m in made] == [True, False]  # a lab run goes to the pick's pool, not the pick alone
     job = BenchJob.objects.first()
     assert job is not None and "scripted" in client.get(f"/bench/{job.pk}/").content.decode()
     Engine.objects.all().delete()  # a removed engine falls back to the configured one

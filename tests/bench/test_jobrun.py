@@ -358,7 +358,7 @@ def test_the_data_migration_turns_older_job_errors_into_the_one_kept_form_and_ba
     from django.apps import apps
     from django.utils import translation
 
-    migration = import_module("bench.migrations.0008_job_error_in_said_form")
+    migration = import_module("bench.migrations.0009_job_error_in_said_form")
     owner = User.objects.create(username="older")
     old = {"msgid": "요청 %(count)d개가 실패했습니다: %(reasons)s", "params": {"count": 3, "reasons": "HTTP 500"}}
     job = BenchJob.objects.create(

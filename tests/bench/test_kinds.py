@@ -94,6 +94,8 @@ def test_the_form_shows_each_kinds_own_defaults_and_an_empty_form_runs_exactly_t
     job = BenchJob.objects.get(kind=name)
     assert _without_seed(kinds.config_for(job.kind, job.config)) == _without_seed(default)
     assert job.total_requests == default.total_requests
+    job.status = BenchJob.Status.DONE  # a learner has one run waiting at most: this one is out of the way
+    job.save(update_fields=["status"])
     # What the form shows reads back as the same settings.
     assert learner.post("/bench/", {"kind": name, **shown}).status_code == 302
     again = BenchJob.objects.filter(kind=name).latest("pk")

@@ -40,6 +40,6 @@ def backwards(apps: Any, schema_editor: Any) -> None:
 
 
 class Migration(migrations.Migration):
-    dependencies = [("bench", "0007_job_error_text")]
+    dependencies = [("bench", "0008_engine_pools")]
 
     operations = [migrations.RunPython(forwards, backwards)]
