@@ -33,7 +33,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone, translation
 
-from bench import engines, jobrun, reaper
+from bench import engines, jobrun, pools, reaper
 from bench.models import BenchJob, Engine
 from labapp.classes import services as class_services
 from labapp.models import Classroom, Membership
@@ -154,6 +154,12 @@ def job_whose_config_no_longer_reads(world: World) -> Read:
 def job_whose_worker_was_lost(world: World) -> Read:
     job = _job(world, status="running", attempts=1, heartbeat_at=timezone.now() - timedelta(days=1))
     assert reaper.jobs_reap_stale() == 1
+    return _job_error(job.pk)
+
+
+def job_whose_queue_has_no_measuring_engine(world: World) -> Read:
+    job = _job(world, status="queued", pool="empty-pool", hardware="H200", pinned=False)
+    assert pools.strand(("empty-pool", "H200")) == 1
     return _job_error(job.pk)
 
 
@@ -306,6 +312,9 @@ CASES = [
     Case("job failed on an exception", ("bench/jobrun.py:fail",), job_failed_on_an_exception),
     Case("job whose config no longer reads", ("bench/jobrun.py:fail",), job_whose_config_no_longer_reads),
     Case("job whose worker was lost", ("bench/reaper.py:jobs_reap_stale",), job_whose_worker_was_lost),
+    Case(
+        "job whose queue has no measuring engine", ("bench/pools.py:strand",), job_whose_queue_has_no_measuring_engine
+    ),
     Case("document that cannot be read", ("rag/services.py:document_ingest",), document_that_cannot_be_read),
     Case(
         "document failed and not cleaned up", ("rag/services.py:document_ingest",), document_failed_and_not_cleaned_up
