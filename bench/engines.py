@@ -76,11 +76,17 @@ def chosen_url(session: Any, options: list[Choice] | None = None) -> str:
     return wanted if wanted in urls else vllm_client.base_url()
 
 
+def member(url: str, options: list[Choice] | None = None) -> Choice | None:
+    """The engine at ``url`` among ``options`` (default: ``choices()``), a trailing slash aside, or None."""
+    bare = url.rstrip("/")
+    return next((c for c in (choices() if options is None else options) if c.url.rstrip("/") == bare), None)
+
+
 def name_of(url: str, options: list[Choice] | None = None) -> str:
     """The engine's name (among ``options``, default: ``choices()``), or (for one no longer registered)
     its address as a reader may see it."""
-    found = choices() if options is None else options
-    return next((c.name for c in found if c.url.rstrip("/") == url.rstrip("/")), addresses.shown(url))
+    found = member(url, options)
+    return found.name if found is not None else addresses.shown(url)
 
 
 class EngineError(ValueError):

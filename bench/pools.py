@@ -53,15 +53,10 @@ def _bare(url: str) -> str:
     return url.rstrip("/")
 
 
-def member(url: str, options: list[Choice] | None = None) -> Choice | None:
-    """The engine at ``url`` among ``options`` (default: every engine), or None."""
-    return next((c for c in (engines.choices() if options is None else options) if _bare(c.url) == _bare(url)), None)
-
-
 def queue_of(url: str) -> Queue:
     """The queue a job asked for on ``url`` waits in: that engine's pool and hardware (the default pool
     for an address no longer registered)."""
-    found = member(url)
+    found = engines.member(url)
     return (found.pool, found.hardware) if found is not None else (DEFAULT_POOL, "")
 
 
@@ -76,7 +71,7 @@ def comparable_urls(url: str) -> list[str]:
     """``url`` and the engines whose runs compare with its own (the same pool and hardware), each
     spelled with and without a trailing slash, as a job's ``engine_url`` may be."""
     options = engines.choices()
-    found = member(url, options)
+    found = engines.member(url, options)
     same = [c.url for c in measurers((found.pool, found.hardware), options)] if found is not None else []
     return sorted({spelling for u in [url, *same] for spelling in (_bare(u), _bare(u) + "/")})
 
@@ -298,7 +293,7 @@ def chat_engine(preferred_url: str | None = None, options: list[Choice] | None =
     job: the preferred one if it chats, as before pools; the job's disturbed check reports it.
     """
     every = engines.choices() if options is None else options
-    preferred = member(preferred_url, every) if preferred_url else None
+    preferred = engines.member(preferred_url, every) if preferred_url else None
     preferred = preferred or every[0]  # the configured engine
     talkers = [c for c in every if c.pool == preferred.pool and c.chats]
     if not talkers:
