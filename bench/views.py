@@ -53,8 +53,11 @@ def bench_list(request: HttpRequest) -> HttpResponse:
         for j, at in pools.board()
     ]
     engine = engines.chosen_url(request.session)
+    queue = pools.queue_of(engine)
     context = {"form": form, "jobs": mine, "queue": queue_rows, "engine_name": engines.name_of(engine)}
-    return render(request, "bench/list.html", context | {"engine_url": engine, "queue_of": pools.queue_of(engine)})
+    # Pinning means something only when another measuring engine could take the job instead.
+    context["pin_choice"] = len(pools.measurers(queue, options)) > 1
+    return render(request, "bench/list.html", context | {"engine_url": engine, "queue_of": queue})
 
 
 def _charts(kind: str, jobs_: list[BenchJob]) -> list[dict[str, Any]]:
