@@ -145,6 +145,7 @@ def test_the_bench_page_says_why_a_second_run_is_refused_and_shows_the_queue(mon
     job = BenchJob.objects.get()
     assert f"#{job.pk}" in page and "한 사람은 한 번에 실행 하나만" in page and BenchJob.objects.count() == 1
     assert f'data-job="{job.pk}" data-position="1"' in page and "곧 시작" in page  # the engine is free
+    assert "측정 엔진(하드웨어 표시 없음) 중 먼저 비는 곳" in page and "하드웨어 —" not in page
 
 
 @pytest.mark.django_db
