@@ -1,7 +1,7 @@
 """A short-lived vllm-router in front of given engines, for a measurement of its routing policy
-(issue 29 item 7): on a free loopback port, with its Prometheus on another, the stack's own flags
-(``labapp.ops.stack.components.ROUTER_FLAGS``); ready once every engine is healthy in its /workers;
-stopped (its process group) on every exit path of the ``started`` block."""
+(issue 29 item 7): on a free loopback port, with its Prometheus on another and the stack's own flags
+(``rag.vllm.router.ROUTER_FLAGS``, as ``labapp.ops.stack.components.router`` starts it); ready once
+every engine is healthy in its /workers; stopped (its process group) on every exit path of ``started``."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import httpx
 
-from labapp.ops.stack.components import ROUTER_BINARY, ROUTER_FLAGS
+from rag.vllm.router import ROUTER_BINARY, ROUTER_FLAGS
 
 POLICIES = ("round_robin", "consistent_hash", "cache_aware")
 
