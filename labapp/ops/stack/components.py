@@ -19,12 +19,12 @@ import httpx
 from django.conf import settings
 
 from labapp import addresses
+from rag.vllm.router import ROUTER_BINARY, ROUTER_FLAGS
 
 ROOT = Path(__file__).resolve().parents[3]
 CONVERT_SCRIPT = Path(__file__).resolve().with_name("convert_model.py")  # run by the engine's Python
 VENV_BIN = Path(sys.executable).parent
 ENGINE_PYTHON = ROOT / ".venv-engine" / "bin" / "python"
-ROUTER_BINARY = ROOT / ".venv-router" / "bin" / "vllm-router"
 EMBEDDED_MODEL_NAME = "gemma-3-270m"
 
 
@@ -303,22 +303,7 @@ def engine() -> Component:
     )
 
 
-# vllm-router's defaults suit a cluster: a health check a minute, five failed requests before its
-# circuit breaker takes an engine out (each request that meets a dead engine fails until then), and a
-# startup check every 30 s. A class's engines are few: a dead one costs two failed attempts, after
-# which the request is retried on another engine (tests/ops/test_router.py kills one), and its
-# health checks find it down within about 10 s (the status page's engine list).
-ROUTER_FLAGS = (
-    "--worker-startup-timeout-secs", "900",  # the engine's own ready_timeout_s: it may still be starting
-    "--worker-startup-check-interval", "2",
-    "--health-check-interval-secs", "5",
-    "--health-failure-threshold", "2",
-    "--health-success-threshold", "1",
-    "--cb-failure-threshold", "2",
-    "--cb-timeout-duration-secs", "15",
-    "--retry-max-retries", "3",
-    "--request-timeout-secs", "600",
-)  # fmt: skip
+# ROUTER_FLAGS (rag.vllm.router): the stack's router and a policy measurement start it alike.
 
 
 def router() -> Component:
