@@ -1,6 +1,6 @@
 """A short-lived vllm-router in front of given engines, for a measurement of its routing policy
 (issue 29 item 7): on a free loopback port, with its Prometheus on another and the stack's own flags
-(``rag.vllm.router.ROUTER_FLAGS``, as ``labapp.ops.stack.components.router`` starts it); ready once
+(``rag.vllm.router.router_command``, as ``labapp.ops.stack.components.router`` starts it); ready once
 every engine is healthy in its /workers; stopped (its process group) on every exit path of ``started``."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import httpx
 
-from rag.vllm.router import ROUTER_BINARY, ROUTER_FLAGS
+from rag.vllm.router import ROUTER_BINARY, router_command
 
 POLICIES = ("round_robin", "consistent_hash", "cache_aware")
 
@@ -46,10 +46,7 @@ def started(policy: str, engines: list[str], *, timeout_s: float = 60.0) -> Iter
     if not ROUTER_BINARY.exists():
         raise RouterFailed(f"vllm-router is not installed ({ROUTER_BINARY}: make router)")
     port = free_port()
-    command = [
-        str(ROUTER_BINARY), "--host", "127.0.0.1", "--port", str(port), "--worker-urls", *engines,
-        "--policy", policy, "--prometheus-host", "127.0.0.1", "--prometheus-port", str(free_port()), *ROUTER_FLAGS,
-    ]  # fmt: skip
+    command = router_command(port=port, metrics_port=free_port(), engines=engines, policy=policy)
     env = os.environ | {"RUST_LOG": "warn"}
     process = subprocess.Popen(
         command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True

@@ -54,7 +54,7 @@ def bench_list(request: HttpRequest) -> HttpResponse:
     ]
     engine = engines.chosen_url(request.session)
     queue = pools.queue_of(engine)
-    context = {"form": form, "jobs": mine, "queue": queue_rows, "engine_name": engines.name_of(engine)}
+    context = {"form": form, "jobs": mine, "queue": queue_rows, "engine_name": engines.name_of(engine, options)}
     # Pinning means something only when another measuring engine could take the job instead.
     context["pin_choice"] = len(pools.measurers(queue, options)) > 1
     return render(request, "bench/list.html", context | {"engine_url": engine, "queue_of": queue})

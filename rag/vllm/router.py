@@ -36,6 +36,15 @@ ROUTER_FLAGS = (
 )  # fmt: skip
 
 
+def router_command(*, port: int, metrics_port: int, engines: list[str], policy: str) -> list[str]:
+    """vllm-router's command line on loopback, with the flags above: the stack's router and a policy
+    measurement (``bench.router_run``) start it alike."""
+    return [
+        str(ROUTER_BINARY), "--host", "127.0.0.1", "--port", str(port), "--worker-urls", *engines,
+        "--policy", policy, "--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics_port), *ROUTER_FLAGS,
+    ]  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Worker:
     url: str

@@ -19,7 +19,7 @@ import httpx
 from django.conf import settings
 
 from labapp import addresses
-from rag.vllm.router import ROUTER_BINARY, ROUTER_FLAGS
+from rag.vllm.router import router_command
 
 ROOT = Path(__file__).resolve().parents[3]
 CONVERT_SCRIPT = Path(__file__).resolve().with_name("convert_model.py")  # run by the engine's Python
@@ -303,23 +303,16 @@ def engine() -> Component:
     )
 
 
-# ROUTER_FLAGS (rag.vllm.router): the stack's router and a policy measurement start it alike.
-
-
 def router() -> Component:
     """vllm-router in front of the chat's engines (LAB_ROUTER_ENGINES, or the configured one); it
     listens once one of them is healthy."""
     port = settings.LAB_ROUTER_PORT
-    command = [
-        str(ROUTER_BINARY),
-        "--host", "127.0.0.1",
-        "--port", str(port),
-        "--worker-urls", *settings.LAB_ROUTER_ENGINES,
-        "--policy", settings.LAB_ROUTER_POLICY,
-        "--prometheus-host", "127.0.0.1",
-        "--prometheus-port", str(settings.LAB_ROUTER_METRICS_PORT),
-        *ROUTER_FLAGS,
-    ]  # fmt: skip
+    command = router_command(
+        port=port,
+        metrics_port=settings.LAB_ROUTER_METRICS_PORT,
+        engines=settings.LAB_ROUTER_ENGINES,
+        policy=settings.LAB_ROUTER_POLICY,
+    )
     return Component(
         name="router",
         command=command,
