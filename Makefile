@@ -17,10 +17,6 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 ifeq ($(strip $(VLLM_BASE_URL)),)
 ENGINE_DEPS := $(ENGINE_VENV)/.installed $(if $(strip $(VLLM_MODEL)),,$(MODEL_DIR)/config.json)
 endif
-# vllm-router in front of the chat's engines (LAB_ROUTER, labapp/env.py) needs its own virtualenv.
-ifneq ($(filter 1 true yes on,$(shell printf '%s' '$(LAB_ROUTER)' | tr A-Z a-z)),)
-ROUTER_DEPS := $(ROUTER_VENV)/.installed
-endif
 
 .PHONY: run test check setup lint lock engine router clean-data perf load
 .DEFAULT_GOAL := run
@@ -65,14 +61,18 @@ $(EMBED_ONNX): $(VENV)/.installed
 	@echo "== exporting the bundled embedding model to ONNX (once, seconds)"
 	DATA_DIR=data $(PY) manage.py export_embedding_onnx
 
-setup: $(VENV)/.installed $(ENGINE_DEPS) $(ROUTER_DEPS)
+# vllm-router in front of the chat's engines (LAB_ROUTER, on by itself when LAB_ENGINES gives a chat pool:
+# labapp/engine_layout.py) needs its own virtualenv.
+setup: $(VENV)/.installed $(ENGINE_DEPS)
 	@$(PY) manage.py check --fail-level ERROR >/dev/null
+	@if $(PY) -m labapp.engine_layout router-needed; then $(MAKE) --no-print-directory router; fi
+	@$(PY) -m labapp.engine_layout
 	@$(PY) manage.py export_embedding_onnx
 	@$(PY) manage.py migrate --noinput -v 0
 	@$(PY) manage.py load_chapter
 
 run: setup
-	@echo "== starting redis, chroma, the vLLM engine, the Celery worker, the web server and the indexer"
+	@echo "== starting redis, chroma, the vLLM engines (as listed above), the router if on, the Celery worker, the web server and the indexer"
 	@echo "== the lab will be at http://localhost:$${WEB_PORT:-8000}/  (Ctrl-C stops everything)"
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" exec $(VENV)/bin/honcho -f Procfile start
 

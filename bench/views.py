@@ -12,7 +12,7 @@ from django.shortcuts import redirect, render
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
-from bench import access, charts, comparison, engines, exports, plotting, pools, reaper, services, stats
+from bench import access, charts, comparison, engines, exports, plotting, pools, services, stats
 from bench.forms import JobForm
 from bench.kinds import registry
 from bench.models import BenchJob
@@ -30,7 +30,7 @@ def engine_max_model_len() -> int:
 
 @login_required
 def bench_list(request: HttpRequest) -> HttpResponse:
-    reaper.jobs_reap_stale()
+    services.jobs_reap_stale()
     form = JobForm(
         request.POST or None, request.FILES or None, shown=request.GET.get("kind"), max_model_len=engine_max_model_len
     )
@@ -66,7 +66,7 @@ def _charts(kind: str, jobs_: list[BenchJob]) -> list[dict[str, Any]]:
 
 @login_required
 def bench_detail(request: HttpRequest, job_id: int) -> HttpResponse:
-    reaper.jobs_reap_stale()
+    services.jobs_reap_stale()
     job = access.job_for(request.user, job_id)
     context: dict[str, Any] = {"job": job, "place": pools.place(job), "charts": _charts(job.kind, [job])}
     context["engine_name"] = engines.name_of(job.engine_url)

