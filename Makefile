@@ -18,7 +18,7 @@ ifeq ($(strip $(VLLM_BASE_URL)),)
 ENGINE_DEPS := $(ENGINE_VENV)/.installed $(if $(strip $(VLLM_MODEL)),,$(MODEL_DIR)/config.json)
 endif
 
-.PHONY: run test check setup lint lock engine router clean-data perf load
+.PHONY: run test check setup lint lock engine router clean-data perf load class
 .DEFAULT_GOAL := run
 
 $(VENV)/.installed: requirements.lock
@@ -91,8 +91,17 @@ $(AXE):
 	@echo "== installing axe-core for the browser tests' accessibility checks"
 	npm install --prefix .tools --no-save --no-audit --no-fund --silent axe-core@4.14.1
 
+# Debian's nginx in front of the class rehearsal's two web processes (`make class`, and its reduced run in
+# `make test`); PostgreSQL is Debian's too (as .ci/run uses it).
+NGINX := /usr/sbin/nginx
+$(NGINX):
+	@echo "== installing Debian's nginx for the class rehearsal"
+	@if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	$$SUDO apt-get install -y -q nginx-light >/dev/null 2>&1 || \
+	{ $$SUDO apt-get update -q >/dev/null && $$SUDO apt-get install -y -q nginx-light >/dev/null; }
+
 # --durations: every run shows where its time went.
-test: $(VENV)/.installed $(ENGINE_DEPS) $(ROUTER_VENV)/.installed $(BROWSER_DEPS) $(EMBED_ONNX) $(AXE)
+test: $(VENV)/.installed $(ENGINE_DEPS) $(ROUTER_VENV)/.installed $(BROWSER_DEPS) $(EMBED_ONNX) $(AXE) $(NGINX)
 	$(PY) -m pytest --durations=25 $(PYTEST_ARGS)
 
 # Lint and every test without a real service or the browser (tests/conftest.py marks those integration
@@ -107,6 +116,14 @@ perf: setup
 # The load test at full size (50 chat websockets, 30 browsing users, a benchmark job); LOAD_ARGS=--reduced for CI's size.
 load: setup
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m labapp.ops.loadtest $(LOAD_ARGS)
+
+# A class on this machine, every process on loopback (docs/operations.md, "Class rehearsal"): PostgreSQL,
+# Redis, Chroma, two engines, vllm-router, two web processes behind nginx, two workers, then 30 simulated
+# learners. CLASS_ARGS="--scripted" for the scripted engines (minutes), "--learners 8" for fewer.
+class: setup $(ROUTER_VENV)/.installed $(NGINX)
+	@command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
+	{ echo "== installing Debian's PostgreSQL for the class rehearsal"; apt-get install -y -q postgresql >/dev/null; }
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m labapp.ops.rehearsal $(CLASS_ARGS)
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
