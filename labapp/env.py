@@ -33,7 +33,11 @@ VARIABLES: dict[str, Variable] = {
         Variable("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]", "comma-separated host names"),
         Variable("SECURE_SSL_REDIRECT", "true", "class mode: redirect http to https (false when a proxy does it)"),
         Variable("CSRF_TRUSTED_ORIGINS", "", "comma-separated origins behind a proxy (https://lab.example.org)"),
-        Variable("DATABASE_URL", "sqlite:///data/lab.sqlite3", "sqlite:///path or postgres://user:pass@host:5432/db"),
+        Variable(
+            "DATABASE_URL",
+            "",
+            "empty: SQLite at DATA_DIR/lab.sqlite3; or sqlite:///path or postgres://user:pass@host:5432/db",
+        ),
         Variable(
             "REDIS_URL", "", "Redis for Celery and the channel layer; empty = embedded redis-server on REDIS_PORT"
         ),

@@ -108,7 +108,8 @@ TEMPLATES = [
 
 
 def _database() -> dict[str, object]:
-    url = env_str("DATABASE_URL")
+    # Unset: SQLite beside the stack's other files, so a second stack (another DATA_DIR) has its own.
+    url = env_str("DATABASE_URL") or f"sqlite:///{DATA_DIR / 'lab.sqlite3'}"
     if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
         # A relative SQLite path is relative to the checkout, not the current directory.
         url = f"sqlite:///{(BASE_DIR / url.removeprefix('sqlite:///')).resolve()}"
