@@ -120,9 +120,9 @@ class Engine(models.Model):
     """
 
     class Role(models.TextChoices):
-        MEASURE = "measure", _("측정")  # lab runs and benchmark jobs, one at a time
-        CHAT = "chat", _("채팅")  # shared by the chat, never measured on
-        BOTH = "both", _("측정과 채팅")
+        MEASURE = "measure", pgettext_lazy("엔진 역할", "측정")  # lab runs and benchmark jobs, one at a time
+        CHAT = "chat", pgettext_lazy("엔진 역할", "채팅")  # shared by the chat, never measured on
+        BOTH = "both", pgettext_lazy("엔진 역할", "측정과 채팅")
 
     name = models.CharField(_("이름"), max_length=100, unique=True)
     base_url = models.CharField(_("주소"), max_length=300, unique=True)

@@ -66,12 +66,36 @@ class ComponentStatus:
         return failures.words(self.reason) if self.state == State.DOWN else ""
 
     @property
+    def labelled_details(self) -> list[tuple[str, str]]:
+        """The details under their names in the reader's language (an unknown key as it is)."""
+        return [(str(DETAIL_LABELS.get(key, key)), value) for key, value in self.details.items()]
+
+    @property
     def remaining_s(self) -> int | None:
         """Starting: whole seconds left of its expected start-up (0 once past it)."""
         return None if self.ends_at is None else max(0, round(self.ends_at - time.time()))
 
 
 Probe = Callable[[], dict[str, str]]
+
+# The details' names as a reader sees them; the keys stay as they are in /status.json (for scripts).
+DETAIL_LABELS = {
+    "engine": _("종류"),
+    "server": _("서버"),
+    "name": _("이름"),
+    "url": _("주소"),
+    "version": _("버전"),
+    "model": _("모델"),
+    "max_model_len": _("최대 길이(토큰)"),
+    "policy": _("라우팅 정책"),
+    "engines": _("정상 엔진 수"),
+    "healthy": _("정상 엔진 주소"),
+    "unhealthy": _("응답 없는 엔진 주소"),
+    "bundled": _("패키지에 포함된 모델, 실행 방식"),
+    "workers": _("워커"),
+    "queues": _("대기열"),
+    "dimensions": _("차원"),
+}
 
 
 def probe_database() -> dict[str, str]:
@@ -142,8 +166,9 @@ def probe_router() -> dict[str, str]:
     return {
         "url": router.url(),
         "policy": str(settings.LAB_ROUTER_POLICY),
-        "engines": f"{healthy}/{len(pool)} " + ", ".join(f"{w.url} ({'up' if w.healthy else 'down'})" for w in pool),
-    }
+        "engines": f"{healthy}/{len(pool)}",
+        "healthy": ", ".join(w.url for w in pool if w.healthy),
+    } | ({"unhealthy": ", ".join(w.url for w in pool if not w.healthy)} if healthy < len(pool) else {})
 
 
 def probe_celery() -> dict[str, str]:
@@ -167,7 +192,10 @@ def probe_embeddings() -> dict[str, str]:
     from rag import embeddings
 
     vector = embeddings.embed(["상태 확인"])[0]
-    return {"model": embeddings.model_label(), "dimensions": str(len(vector))}
+    # Plain values, no translated words: the details are cached for STATUS_CACHE_S whoever asked.
+    bundled = embeddings.is_bundled_model()
+    model = "all-MiniLM-L6-v2" if bundled else settings.EMBEDDING_MODEL
+    return {"model": model} | ({"bundled": embeddings.backend()} if bundled else {}) | {"dimensions": str(len(vector))}
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.core.cache import cache
 from django.test import Client
+from django.utils import translation
 
 from labapp import access
 from labapp.status import probes as status
@@ -257,3 +258,27 @@ def test_an_engine_the_supervisor_started_reads_starting_with_the_time_left_not_
     _only_failing(monkeypatch, "vllm", EngineUnavailable("vLLM at http://e: ConnectError: refused"))
     page, _data, banner = _pages(Client())
     assert 'id="component-vllm" class="down"' in page and "banner down" in banner and "시작 중" not in banner
+
+
+def test_every_detail_a_probe_reports_has_a_name_in_the_readers_language() -> None:
+    """/status/ shows each detail under DETAIL_LABELS' name ("주소", not "url"): walk every dict key
+    the probe functions return (their source), so a new detail cannot arrive unnamed."""
+    import ast
+    import inspect
+
+    from labapp.status import probes
+
+    tree = ast.parse(inspect.getsource(probes))
+    keys = {
+        key.value
+        for function in tree.body
+        if isinstance(function, ast.FunctionDef) and function.name.startswith("probe_")
+        for node in ast.walk(function)
+        if isinstance(node, ast.Dict)
+        for key in node.keys
+        if isinstance(key, ast.Constant) and isinstance(key.value, str)
+    }
+    assert {"url", "version", "model", "engines", "workers"} <= keys  # the walk finds them
+    assert keys <= set(probes.DETAIL_LABELS), f"unnamed details: {keys - set(probes.DETAIL_LABELS)}"
+    with translation.override("en"):
+        assert str(probes.DETAIL_LABELS["url"]) == "Address"
