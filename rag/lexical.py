@@ -9,7 +9,8 @@ are kept (particles and endings are not) and nouns written together are kept joi
 (프리필, 프리픽스); a question counts such nouns once, joined, where the index knows the joined form,
 so 프리필 does not match 프리픽스 on their shared 프리.  Runs of Latin letters and digits (TTFT, KV,
 top-k, 1600) stay whole words.  ``tokenizer="bigram"`` is the former way (each Korean run as
-overlapping character pairs), kept to measure against.
+overlapping character pairs), kept to measure against; ``"kiwi+bigram"`` indexes both (the bigrams marked
+apart), measured for issue 27 and not adopted: the tuning questions do not prefer it (docs/performance.md).
 A chunk's section title is indexed with its text, so a chunk deep in a section still answers to
 the section's subject, and a chunk's score gains a share of its neighbours' in the same source
 (``NEIGHBOUR_WEIGHT``), so that the chunk inside a matching passage comes before a lone match.
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
 _HANGUL = re.compile(r"[\uac00-\ud7a3]+")
 _WORD = re.compile(r"[a-z0-9]+(?:[._-][a-z0-9]+)*")
 
-TOKENIZERS = ("kiwi", "bigram")
+TOKENIZERS = ("kiwi", "bigram", "kiwi+bigram")
 TOKENIZER = "kiwi"  # what an index is built with unless told (measured: docs/performance.md)
 # The morphemes kept (Sejong tags): nouns, numerals, pronouns, roots, verb and adjective stems,
 # adverbs, Chinese characters. Particles, endings and punctuation are left out; Latin words and
@@ -141,7 +142,15 @@ def terms_of(texts: Iterable[str], tokenizer: str = TOKENIZER) -> list[list[str]
     if tokenizer == "bigram":
         return [bigrams(text) for text in normalized]
     analysed = _kiwi().tokenize([text.lower() for text in normalized])
-    return [_content_terms(tokens, text) for tokens, text in zip(analysed, normalized, strict=True)]
+    found = [_content_terms(tokens, text) for tokens, text in zip(analysed, normalized, strict=True)]
+    if tokenizer == "kiwi+bigram":
+        return [morphemes + _marked_bigrams(text) for morphemes, text in zip(found, normalized, strict=True)]
+    return found
+
+
+def _marked_bigrams(text: str) -> list[str]:
+    """``bigrams``, each marked so that a pair never meets a morpheme of the same spelling."""
+    return ["§" + pair for pair in bigrams(text)]
 
 
 def terms(text: str, tokenizer: str = TOKENIZER) -> list[str]:
@@ -151,10 +160,11 @@ def terms(text: str, tokenizer: str = TOKENIZER) -> list[str]:
 def query_terms(text: str, tokenizer: str, known: Callable[[str], bool]) -> set[str]:
     """A question's terms against an index whose terms ``known`` tells: as ``terms``, except that nouns
     written together count once, as the joined form, where the index has it (see ``_content_terms``)."""
-    if tokenizer != "kiwi":
+    if tokenizer == "bigram":
         return set(terms(text, tokenizer))
     normalized = unicodedata.normalize("NFC", text)
-    return set(_content_terms(_kiwi().tokenize(normalized.lower()), normalized, known))
+    found = set(_content_terms(_kiwi().tokenize(normalized.lower()), normalized, known))
+    return found | set(_marked_bigrams(normalized)) if tokenizer == "kiwi+bigram" else found
 
 
 def _indexed_text(text: str, metadata: dict[str, Any]) -> str:

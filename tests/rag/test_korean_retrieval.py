@@ -67,3 +67,11 @@ def test_the_held_out_questions_are_not_the_tuning_questions() -> None:
     held_out = load_questions(HELD_OUT)
     assert not {q.id for q in held_out} & {q.id for q in tuning}
     assert not {q.question for q in held_out} & {q.question for q in tuning}
+
+
+def test_morphemes_with_bigrams_keep_the_two_apart() -> None:
+    # Measured for issue 27 and not adopted (docs/performance.md): a pair never meets a morpheme spelled alike.
+    found = lexical.terms("프리필이란?", "kiwi+bigram")
+    assert set(lexical.terms("프리필이란?")) <= set(found)
+    assert {"§프리", "§리필"} <= set(found)
+    assert "프리" not in {t for t in found if t.startswith("§")}
