@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -14,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 from django.conf import settings
 
@@ -121,20 +118,8 @@ class ServiceFaults:
         return _services[name].process.pid
 
     def kill(self, name: str) -> None:
-        service = _services[name]
         self.killed.add(name)
-        try:  # the family is found first: helpers (vLLM's engine core, Celery's pool) go too
-            family = [psutil.Process(service.process.pid)]
-            family += family[0].children(recursive=True)
-        except psutil.NoSuchProcess:
-            family = []
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(service.process.pid, signal.SIGKILL)
-        for member in family:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                member.kill()
-        psutil.wait_procs(family, timeout=15)
-        service.process.wait(timeout=15)
+        _services[name].kill()
 
     def restart(self, name: str) -> harness.Service:
         """Start the service again with the same command; returns once it is ready (seconds in ``restart_s``)."""

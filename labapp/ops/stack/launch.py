@@ -7,12 +7,16 @@ to a file and stopped with everything under it.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+import psutil
 
 from labapp.ops.stack.__main__ import port_in_use, stop_tree
 from labapp.ops.stack.components import BUILDERS, Component
@@ -50,6 +54,24 @@ class Service:
     def stop(self) -> None:
         if self.process.poll() is None:
             stop_tree(self.process, grace_s=15)
+
+    def kill(self) -> None:
+        """SIGKILL the process and everything under it, as a crash would (no chance to clean up).
+
+        The family is found first: helpers that left the process group (vLLM's engine core,
+        Celery's pool) go too. Used by the fault tests and the class rehearsal's faults."""
+        try:
+            family = [psutil.Process(self.process.pid)]
+            family += family[0].children(recursive=True)
+        except psutil.NoSuchProcess:
+            family = []
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        for member in family:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                member.kill()
+        psutil.wait_procs(family, timeout=15)
+        self.process.wait(timeout=15)
 
 
 def start(name: str, log_dir: Path) -> Service:
