@@ -241,3 +241,12 @@ def probed(items: list[Choice]) -> list[tuple[Choice, Probe]]:
                 cache.set_many(fresh, settings.ENGINE_PROBE_CACHE_S)
             found |= fresh
     return [(c, found[_cache_key(c)]) for c in items]
+
+
+def chatting_in_pool(url: str) -> list[tuple[str, str]]:
+    """(URL, name) of the engines of ``url``'s pool that chat (role chat or both): what vllm-router may
+    spread a conversation over (``bench.kinds.router_policy``)."""
+    options = choices()
+    found = member(url, options)
+    pool = found.pool if found is not None else DEFAULT_POOL
+    return [(c.url, c.name) for c in options if c.chats and c.pool == pool]

@@ -17,7 +17,7 @@ import httpx
 
 from rag.vllm.router import ROUTER_BINARY, router_command
 
-POLICIES = ("round_robin", "consistent_hash", "cache_aware")
+POLICIES = ("round_robin", "consistent_hash", "cache_aware", "power_of_two")
 
 
 class RouterFailed(RuntimeError):

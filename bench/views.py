@@ -12,7 +12,7 @@ from django.shortcuts import redirect, render
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
-from bench import access, charts, comparison, engines, exports, plotting, pools, services, stats
+from bench import access, charts, comparison, configs, engines, exports, plotting, pools, services, stats
 from bench.forms import JobForm
 from bench.kinds import registry
 from bench.models import BenchJob
@@ -36,6 +36,7 @@ def bench_list(request: HttpRequest) -> HttpResponse:
     )
     if request.method == "POST" and form.is_valid():
         try:
+            registry.get(form.cleaned_data["kind"]).check_engines(engines.chosen_url(request.session))
             job = services.job_submit(
                 owner=request.user,  # type: ignore[arg-type]
                 kind=form.cleaned_data["kind"],
@@ -44,6 +45,8 @@ def bench_list(request: HttpRequest) -> HttpResponse:
                 pinned=request.POST.get("pinned") == "on",  # else any free measuring engine of its pool
             )
             return redirect("bench_detail", job_id=job.pk)
+        except configs.ConfigError as exc:  # e.g. too few engines in the pool for this kind
+            form.add_error(None, exc.message)
         except services.JobsBusy as exc:
             form.add_error(None, str(exc))  # nothing is made: one of theirs has to end first
     mine = access.jobs_of(request.user)[:50]

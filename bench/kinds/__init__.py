@@ -1,4 +1,5 @@
-"""Job kinds: one module each (``speed``, ``sweep``, ``load``, ``retrieval``, ``prefix``, ``short``), in a registry.
+"""Job kinds: one module each (``speed``, ``sweep``, ``load``, ``retrieval``, ``prefix``, ``short``,
+``router_policy``), in a registry.
 
 Importing this package registers the built-in kinds (``bench.kinds.registry`` has the
 registry and what a kind declares). ``config_for(kind, raw)`` reads a kind's settings;
@@ -9,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.kinds import load, prefix, registry, retrieval, short, speed, sweep
+from bench.kinds import load, prefix, registry, retrieval, router_policy, short, speed, sweep
 from bench.kinds.registry import JobKind, all_kinds, find, get
 from bench.reporting import Reporter
 
-BUILT_IN = (speed.KIND, sweep.KIND, load.KIND, retrieval.KIND, prefix.KIND, short.KIND)
+BUILT_IN = (speed.KIND, sweep.KIND, load.KIND, retrieval.KIND, prefix.KIND, short.KIND, router_policy.KIND)
 
 __all__ = ["BUILT_IN", "JobKind", "all_kinds", "config_for", "find", "get", "measure", "registry"]
 

@@ -158,6 +158,10 @@ class JobKind:
     sequential: bool = True
     lab: Lab | None = None  # the lab it serves, declared in full (``bench.kinds.labs``)
     class_chart: ClassChart | None = None
+    # A kind without a lab may still judge its results (shown on the job page): checks(results).
+    checks: Callable[[dict[str, Any]], list[Check]] | None = None
+    # Refuses a submit on an engine it cannot run from (e.g. too few engines in its pool): ConfigError.
+    engines_check: Callable[[str], None] | None = None
 
     def default(self) -> Any:
         """The config with every default: what an empty form runs."""
@@ -181,6 +185,15 @@ class JobKind:
     def lab_checks(self, results: dict[str, Any], raw: dict[str, Any]) -> list[Check]:
         """The lab's checks of a finished job: its results and its saved settings ``raw``."""
         return self.lab.all_checks(results, self.saved_config(raw)) if self.lab else []
+
+    def own_checks(self, results: dict[str, Any]) -> list[Check]:
+        """The kind's own checks of a job's results (a lab's checks are ``lab_checks``)."""
+        return self.checks(results) if self.checks is not None else []
+
+    def check_engines(self, engine_url: str) -> None:
+        """ConfigError when a job of this kind cannot run from ``engine_url``."""
+        if self.engines_check is not None:
+            self.engines_check(engine_url)
 
     def lab_missing(self, results: dict[str, Any], raw: dict[str, Any]) -> list[str]:
         """What a job (its results, its saved settings) lacks of its lab's minimum settings."""

@@ -59,6 +59,15 @@ def key_label(key: Any) -> str:
 
 
 @register.filter
+def kind_checks(results: Any, kind: Any) -> list[Any]:
+    """A job kind's own checks of its results (``JobKind.checks``), in the reader's language."""
+    from bench.kinds import registry
+
+    found = registry.find(str(kind))
+    return found.own_checks(results) if found is not None and isinstance(results, dict) else []
+
+
+@register.filter
 def cell_label(cell: Any, kind: Any) -> str:
     """A result cell's name in the reader's language, as its job kind shows it ("cold" → "콜드")."""
     from bench.kinds import registry

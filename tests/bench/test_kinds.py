@@ -17,7 +17,7 @@ from django.test import Client
 
 from bench import configs, kinds, services, views
 from bench.kinds import registry
-from bench.models import BenchJob
+from bench.models import BenchJob, Engine
 from bench.reporting import Reporter
 from labapp.ops import scripted
 
@@ -90,6 +90,8 @@ def test_the_form_shows_each_kinds_own_defaults_and_an_empty_form_runs_exactly_t
         if field.widget != "jsonl":
             shown[field.name] = expected
 
+    if kind.engines_check is not None:  # e.g. the router policy comparison: two chatting engines in the pool
+        Engine.objects.create(name="second", base_url="http://engine-second:8000", role=Engine.Role.CHAT)
     assert learner.post("/bench/", {"kind": name}).status_code == 302
     job = BenchJob.objects.get(kind=name)
     assert _without_seed(kinds.config_for(job.kind, job.config)) == _without_seed(default)

@@ -13,6 +13,7 @@ With the language switched to English the same pages show no Hangul outside user
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Iterator
@@ -28,7 +29,7 @@ from django.utils import translation
 from django.views import defaults
 
 from bench import kinds
-from bench.kinds import registry
+from bench.kinds import registry, router_policy
 from bench.models import BenchJob
 from bench.reporting import ProgressReporter
 from labapp.classes import services as class_services
@@ -229,6 +230,7 @@ RAW = {
     "retrieval": {"questions": "2", "top_ks": "1, 3", "chunk_sizes": "200, 500"},
     "prefix": {"contexts": "2", "top_k": "3", "chunk_size": "200"},
     "short": {"questions": "2", "normal_tokens": "16", "caps": "2, 4, 8"},
+    "router_policy": {"conversations": "2", "turns": "1"},
 }
 
 
@@ -241,6 +243,9 @@ def measured() -> dict[str, dict[str, Any]]:
         scripted.serve(scripted.Script(delay_s=0.001)) as url,
     ):
         _scripted_rag(monkeypatch)
+        # The router policy comparison on the scripted engine twice over, without a router (its own tests run one).
+        monkeypatch.setattr(router_policy, "pool_engines", lambda base: [(url, "엔진 1"), (url, "엔진 2")])
+        monkeypatch.setattr(router_policy, "routed", lambda policy, urls: contextlib.nullcontext(urls[0]))
         for kind in registry.all_kinds():
             config = kinds.config_for(kind.name, RAW.get(kind.name, {}))
             reporter = ProgressReporter(aio.keep_going)
