@@ -216,32 +216,44 @@ async def learner_run(
 async def _lab(web: str, browser: Browser, lab: int, question: str, limit_s: float) -> None:
     learner = browser.learner
     assert learner.user_id is not None
-    ran = await browser.form(f"/labs/{lab}/", f"/labs/{lab}/run/", {"prediction": f"{PREDICTIONS[lab]:g}"})
-    if ran is None or ran.status_code != 302:
-        learner.errors.append(f"lab {lab} run: {ran.status_code if ran is not None else 'no answer'}")
-        return
-    learner.runs_posted[lab] = time.time()
-    found = await asyncio.to_thread(_job_of, learner.user_id, lab)
-    if found is None:
-        learner.errors.append(f"lab {lab}: the run was accepted but made no job")
-        return
-    learner.jobs[lab] = found[0]
-    asked = asyncio.create_task(_ask(web, browser, question, lab))  # a question while the run waits
     deadline = time.monotonic() + limit_s
-    status = found[1]
-    while status not in FINISHED and time.monotonic() < deadline:
-        await asyncio.sleep(POLL_S)
-        await browser.request("GET", f"/labs/{lab}/")
-        status = (await asyncio.to_thread(_job_of, learner.user_id, lab) or (0, "lost"))[1]
-    await asked
+    for _attempt in (1, 2):  # a run that failed (its engine killed, say) is run again, as a learner would
+        status = await _lab_run(web, browser, lab, question, deadline)
+        if status != "failed":
+            break
+    if status is None:
+        return
     if status not in FINISHED:
-        learner.errors.append(f"lab {lab}: run #{found[0]} still {status} at the class's time limit")
+        learner.errors.append(f"lab {lab}: run #{learner.jobs[lab]} still {status} at the class's time limit")
         return
     reflection = f"Lab {lab}: what I measured, and why it differs from my prediction ({learner.username})."
     handed = await browser.form(f"/labs/{lab}/", f"/labs/{lab}/submit/", {"reflection": reflection})
     learner.handed[lab] = handed is not None and handed.status_code == 302
     if not learner.handed[lab]:
         learner.errors.append(f"lab {lab} hand-in: {handed.status_code if handed is not None else 'no answer'}")
+
+
+async def _lab_run(web: str, browser: Browser, lab: int, question: str, deadline: float) -> str | None:
+    """Post one run, ask a question while it waits, poll until it ends: its last status (None: not made)."""
+    learner = browser.learner
+    ran = await browser.form(f"/labs/{lab}/", f"/labs/{lab}/run/", {"prediction": f"{PREDICTIONS[lab]:g}"})
+    if ran is None or ran.status_code != 302:
+        learner.errors.append(f"lab {lab} run: {ran.status_code if ran is not None else 'no answer'}")
+        return None
+    learner.runs_posted[lab] = time.time()
+    found = await asyncio.to_thread(_job_of, learner.user_id, lab)
+    if found is None:
+        learner.errors.append(f"lab {lab}: the run was accepted but made no job")
+        return None
+    learner.jobs[lab] = found[0]
+    asked = asyncio.create_task(_ask(web, browser, question, lab))  # a question while the run waits
+    status = found[1]
+    while status not in FINISHED and time.monotonic() < deadline:
+        await asyncio.sleep(POLL_S)
+        await browser.request("GET", f"/labs/{lab}/")
+        status = (await asyncio.to_thread(_job_of, learner.user_id, lab) or (0, "lost"))[1]
+    await asked
+    return status
 
 
 async def instructor_run(web: str, klass: Class, stop: asyncio.Event) -> None:

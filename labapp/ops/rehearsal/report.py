@@ -83,6 +83,17 @@ def _runs(learners: list[Learner], jobs: dict[int, Any]) -> dict[str, Any]:
         "disturbed": sum(1 for j in ended if j.status == "done" and j.disturbed_cells),
         "by_engine": dict(Counter(engines.name_of(j.engine_url) for j in ended)),
         "failed": [f"#{j.pk} {j.error[:160]}" for j in jobs.values() if j.status == "failed"],
+        # A run may fail when its engine dies (a fault): then it must name the engine, and the
+        # learner's run again (``learners._lab``) must end done.
+        "failed_unnamed": [
+            f"#{j.pk}" for j in jobs.values() if j.status == "failed" and j.engine_url.rstrip("/") not in j.error
+        ],
+        "last_not_done": [
+            f"{p.username} lab {lab} #{pk} {jobs[pk].status if pk in jobs else 'missing'}"
+            for p in learners
+            for lab, pk in p.jobs.items()
+            if pk not in jobs or jobs[pk].status != "done"
+        ],
     }
 
 
@@ -162,8 +173,10 @@ def failures(report: dict[str, Any]) -> list[str]:
     if signed["signed_up"] != signed["asked"]:
         found.append(f"{signed['asked'] - signed['signed_up']} learners could not sign up")
     runs = report["runs"]
-    if runs["jobs"] != len(LABS) * signed["asked"] or runs["status"].get("done", 0) != runs["jobs"]:
-        found.append(f"runs: {runs['jobs']} made, {runs['status']}; failed: {runs['failed']}")
+    if runs["status"].get("done", 0) != len(LABS) * signed["asked"] or runs["last_not_done"]:
+        found.append(f"runs: {runs['jobs']} made, {runs['status']}; not done: {runs['last_not_done']}")
+    if runs["failed_unnamed"]:
+        found.append(f"runs failed without naming their engine: {runs['failed_unnamed']} {runs['failed']}")
     if report["handed_in"]["saved"] != len(LABS) * signed["asked"]:
         found.append(f"hand-ins saved: {report['handed_in']['saved']} of {len(LABS) * signed['asked']}")
     if report["jain"] is None:
