@@ -17,12 +17,8 @@ export PIP_DISABLE_PIP_VERSION_CHECK := 1
 ifeq ($(strip $(VLLM_BASE_URL)),)
 ENGINE_DEPS := $(ENGINE_VENV)/.installed $(if $(strip $(VLLM_MODEL)),,$(MODEL_DIR)/config.json)
 endif
-# vllm-router in front of the chat's engines (LAB_ROUTER, labapp/env.py) needs its own virtualenv.
-ifneq ($(filter 1 true yes on,$(shell printf '%s' '$(LAB_ROUTER)' | tr A-Z a-z)),)
-ROUTER_DEPS := $(ROUTER_VENV)/.installed
-endif
 
-.PHONY: run test check setup lint lock engine router clean-data perf load
+.PHONY: run test check setup lint lock engine router clean-data perf load class
 .DEFAULT_GOAL := run
 
 $(VENV)/.installed: requirements.lock
@@ -65,14 +61,18 @@ $(EMBED_ONNX): $(VENV)/.installed
 	@echo "== exporting the bundled embedding model to ONNX (once, seconds)"
 	DATA_DIR=data $(PY) manage.py export_embedding_onnx
 
-setup: $(VENV)/.installed $(ENGINE_DEPS) $(ROUTER_DEPS)
+# vllm-router in front of the chat's engines (LAB_ROUTER, on by itself when LAB_ENGINES gives a chat pool:
+# labapp/engine_layout.py) needs its own virtualenv.
+setup: $(VENV)/.installed $(ENGINE_DEPS)
 	@$(PY) manage.py check --fail-level ERROR >/dev/null
+	@if $(PY) -m labapp.engine_layout router-needed; then $(MAKE) --no-print-directory router; fi
+	@$(PY) -m labapp.engine_layout
 	@$(PY) manage.py export_embedding_onnx
 	@$(PY) manage.py migrate --noinput -v 0
 	@$(PY) manage.py load_chapter
 
 run: setup
-	@echo "== starting redis, chroma, the vLLM engine, the Celery worker, the web server and the indexer"
+	@echo "== starting redis, chroma, the vLLM engines (as listed above), the router if on, the Celery worker, the web server and the indexer"
 	@echo "== the lab will be at http://localhost:$${WEB_PORT:-8000}/  (Ctrl-C stops everything)"
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" exec $(VENV)/bin/honcho -f Procfile start
 
@@ -91,8 +91,17 @@ $(AXE):
 	@echo "== installing axe-core for the browser tests' accessibility checks"
 	npm install --prefix .tools --no-save --no-audit --no-fund --silent axe-core@4.14.1
 
+# Debian's nginx in front of the class rehearsal's two web processes (`make class`, and its reduced run in
+# `make test`); PostgreSQL is Debian's too (as .ci/run uses it).
+NGINX := /usr/sbin/nginx
+$(NGINX):
+	@echo "== installing Debian's nginx for the class rehearsal"
+	@if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	$$SUDO apt-get install -y -q nginx-light >/dev/null 2>&1 || \
+	{ $$SUDO apt-get update -q >/dev/null && $$SUDO apt-get install -y -q nginx-light >/dev/null; }
+
 # --durations: every run shows where its time went.
-test: $(VENV)/.installed $(ENGINE_DEPS) $(ROUTER_VENV)/.installed $(BROWSER_DEPS) $(EMBED_ONNX) $(AXE)
+test: $(VENV)/.installed $(ENGINE_DEPS) $(ROUTER_VENV)/.installed $(BROWSER_DEPS) $(EMBED_ONNX) $(AXE) $(NGINX)
 	$(PY) -m pytest --durations=25 $(PYTEST_ARGS)
 
 # Lint and every test without a real service or the browser (tests/conftest.py marks those integration
@@ -107,6 +116,14 @@ perf: setup
 # The load test at full size (50 chat websockets, 30 browsing users, a benchmark job); LOAD_ARGS=--reduced for CI's size.
 load: setup
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m labapp.ops.loadtest $(LOAD_ARGS)
+
+# A class on this machine, every process on loopback (docs/operations.md, "Class rehearsal"): PostgreSQL,
+# Redis, Chroma, two engines, vllm-router, two web processes behind nginx, two workers, then 30 simulated
+# learners. CLASS_ARGS="--scripted" for the scripted engines (minutes), "--learners 8" for fewer.
+class: setup $(ROUTER_VENV)/.installed $(NGINX)
+	@command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
+	{ echo "== installing Debian's PostgreSQL for the class rehearsal"; apt-get install -y -q postgresql >/dev/null; }
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m labapp.ops.rehearsal $(CLASS_ARGS)
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

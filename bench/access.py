@@ -77,14 +77,15 @@ def engine_for(user: AnyUser, engine_id: int) -> Engine:
 
 def engine_to_pick(user: AnyUser, key: str) -> engines.Choice | None:
     """The engine a signed-in user picks by its key on the engines page (a registered engine's id,
-    or ``engines.CONFIGURED``), or None: an engine no longer there, or a key that names none. The
-    page posts keys, never addresses, which may carry credentials."""
+    or a configured engine's: ``engines.CONFIGURED``, ``CONFIGURED-2``, …), or None: an engine no
+    longer there, or a key that names none. The page posts keys, never addresses, which may carry
+    credentials."""
     if not user.is_authenticated:
         return None
-    wanted = None if key == engines.CONFIGURED else whole(key, low=1)
-    if wanted is None and key != engines.CONFIGURED:
-        return None
-    return next((c for c in engines.choices() if c.id == wanted), None)
+    options = engines.choices()
+    mine = next((c for c in options if c.configured and c.key == key), None)  # CONFIGURED, CONFIGURED-2, …
+    wanted = whole(key, low=1) if mine is None else None
+    return mine or next((c for c in options if wanted is not None and c.id == wanted), None)
 
 
 def removable_engines(user: AnyUser) -> list[Engine]:

@@ -26,7 +26,7 @@ class EngineForm(AddressesShownForm):
 class EngineAdmin(AddressesShownAdmin):
     address_fields = ("base_url",)
     form = EngineForm
-    list_display = ["name", "base_url", "model", "hardware", "added_by", "created_at"]
+    list_display = ["name", "base_url", "model", "hardware", "pool", "role", "added_by", "created_at"]
     search_fields = ["name", "model", "hardware"]
     readonly_fields = ["added_by", "created_at"]
 

@@ -21,6 +21,7 @@ from django.utils.translation import gettext_lazy, gettext_noop
 
 from bench.models import DEFAULT_POOL, Engine
 from labapp import addresses, said
+from labapp import engine_layout as layout
 from rag.vllm import client as vllm_client
 
 SESSION_KEY = "engine_url"
@@ -39,6 +40,7 @@ class Choice:
     id: int | None = None  # the registered engine's row
     pool: str = DEFAULT_POOL
     role: str = Engine.Role.BOTH
+    number: int = 1  # a configured engine's number in the layout (labapp.engine_layout), 1: VLLM_BASE_URL
 
     @property
     def measures(self) -> bool:
@@ -56,16 +58,36 @@ class Choice:
 
     @property
     def key(self) -> str:
-        """What the page posts to pick this engine: its id, or CONFIGURED; never its address."""
-        return CONFIGURED if self.id is None else str(self.id)
+        """What the page posts to pick this engine: its id, or CONFIGURED (CONFIGURED-2, … for the layout's
+        other engines); never its address."""
+        if self.id is not None:
+            return str(self.id)
+        return CONFIGURED if self.number == 1 else f"{CONFIGURED}-{self.number}"
+
+
+def configured() -> list[Choice]:
+    """The configured engines: VLLM_BASE_URL and the other engines `make run` starts (LAB_ENGINES), each
+    with its role in the layout (``labapp.engine_layout``)."""
+    return [
+        Choice(
+            spec.url,
+            _("기본 엔진") if spec.number == 1 else _("엔진 %(n)d") % {"n": spec.number},
+            configured=True,
+            role=spec.role,
+            number=spec.number,
+        )
+        for spec in layout.current().engines
+    ]
 
 
 def choices() -> list[Choice]:
-    default = Choice(vllm_client.base_url(), _("기본 엔진"), configured=True)
+    """The configured engines (the first is VLLM_BASE_URL's), then the registered ones."""
+    known = configured()
+    urls = {c.url.rstrip("/") for c in known}
     rows = [
         Choice(e.base_url, e.name, e.hardware, e.model, id=e.pk, pool=e.pool, role=e.role) for e in Engine.objects.all()
     ]
-    return [default] + [c for c in rows if c.url != default.url]
+    return known + [c for c in rows if c.url.rstrip("/") not in urls]
 
 
 def chosen_url(session: Any, options: list[Choice] | None = None) -> str:
@@ -131,7 +153,7 @@ def engine_add(
         raise EngineError("base_url", str(NOT_A_WEB_ADDRESS))
     if Engine.objects.filter(name=name).exists():
         raise EngineError("name", _("같은 이름의 엔진이 이미 있습니다."))
-    if base_url == vllm_client.base_url().rstrip("/") or Engine.objects.filter(base_url=base_url).exists():
+    if layout.current().by_url(base_url) is not None or Engine.objects.filter(base_url=base_url).exists():
         raise EngineError("base_url", _("이 주소의 엔진은 이미 있습니다."))
     return Engine.objects.create(
         name=name,

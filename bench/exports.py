@@ -185,19 +185,7 @@ def result_json(
 def _record(request: dict[str, Any]) -> RequestRecord:
     """A stored request back as a record, enough for the aggregates (gaps rebuilt from ITL)."""
     record = RequestRecord(t_send=request.get("t_send") or 0.0, success=bool(request.get("success")))
-    for key in (
-        "prompt_tokens",
-        "output_tokens",
-        "cached_tokens",
-        "queue_time_server",
-        "prefill_time_server",
-        "decode_time_server",
-        "finish_reason",
-        "error",
-        "t_scheduled",
-        "t_end",
-        "generated_text",
-    ):
+    for key in (*RequestRecord.FROM_THE_ENGINE, "error", "t_scheduled", "t_end"):
         if request.get(key) is not None:
             setattr(record, key, request[key])
     if request.get("ttft") is not None:

@@ -7,6 +7,7 @@ from django.conf import settings
 from django.db import models
 from django.utils.choices import BaseChoiceIterator
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import pgettext_lazy
 
 from labapp import addresses, said
 
@@ -123,17 +124,21 @@ class Engine(models.Model):
         CHAT = "chat", _("채팅")  # shared by the chat, never measured on
         BOTH = "both", _("측정과 채팅")
 
-    name = models.CharField(max_length=100, unique=True)
-    base_url = models.CharField(max_length=300, unique=True)
-    model = models.CharField(max_length=200, blank=True)  # empty: the first model it serves
-    hardware = models.CharField(max_length=200, blank=True)  # e.g. "H200", "2-core CPU"
-    pool = models.CharField(max_length=50, default=DEFAULT_POOL)
-    role = models.CharField(max_length=8, choices=Role.choices, default=Role.BOTH)
-    added_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
-    created_at = models.DateTimeField(auto_now_add=True)
+    name = models.CharField(_("이름"), max_length=100, unique=True)
+    base_url = models.CharField(_("주소"), max_length=300, unique=True)
+    model = models.CharField(_("모델"), max_length=200, blank=True)  # empty: the first model it serves
+    hardware = models.CharField(_("하드웨어"), max_length=200, blank=True)  # e.g. "H200", "2-core CPU"
+    pool = models.CharField(_("풀"), max_length=50, default=DEFAULT_POOL)
+    role = models.CharField(_("역할"), max_length=8, choices=Role.choices, default=Role.BOTH)
+    added_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, verbose_name=_("등록한 사람"), null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(_("등록한 때"), auto_now_add=True)
 
     class Meta:
         ordering = ["name"]
+        verbose_name = _("엔진")
+        verbose_name_plural = pgettext_lazy("여럿", "엔진")
 
     def __str__(self) -> str:
         return f"{self.name} ({addresses.shown(self.base_url)})"  # the admin's history and messages show it

@@ -1,13 +1,19 @@
-"""Lost workers: a running job whose beat stopped ``BENCH_STALE_S`` ago ends failed.
+"""Lost workers: a running job whose beat stopped ``BENCH_STALE_S`` ago goes back to its queue, or fails.
 
 A running job beats (``heartbeat_at``) every few seconds; one silent for longer lost its
-worker. ``jobs_reap_stale`` (run by the job pages and ``job_create``) marks it failed with
-the reason, keeping what it measured. A redelivered task for such a job starts it over,
-at most ``MAX_ATTEMPTS`` times in all (``bench.jobrun.JobRun.claim``).
+worker (killed, or its machine gone). ``jobs_reap_stale`` (run by the job pages and
+``job_create``) puts it back in its queue, to start over from nothing on the next free engine
+of its pool, and ``send``s its id (``bench.services.jobs_reap_stale``: a task for it), so it
+does not wait for the broker to deliver the lost worker's task again (Redis gives an
+unacknowledged task back only after its visibility timeout, two hours here). A job lost on
+its ``MAX_ATTEMPTS``-th start fails with the reason instead, keeping what it measured. The
+conditional claim (``bench.jobrun.JobRun.claim``) keeps it from running twice, whichever
+delivery comes first.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 
 from django.conf import settings
@@ -17,7 +23,7 @@ from django.utils import timezone
 from bench.models import BenchJob
 from labapp.said import gettext as _  # the reason is saved and said again in each reader's language
 
-MAX_ATTEMPTS = 2  # a job whose worker was lost is started over once; the next delivery fails it
+MAX_ATTEMPTS = 2  # a job whose worker was lost is started over once; the next loss fails it
 
 
 def alive(job: BenchJob) -> bool:
@@ -26,8 +32,9 @@ def alive(job: BenchJob) -> bool:
     return last is not None and timezone.now() - last < timedelta(seconds=settings.BENCH_STALE_S)
 
 
-def jobs_reap_stale() -> int:
-    """Running jobs whose worker stopped beating BENCH_STALE_S ago end failed (results kept); how many."""
+def jobs_reap_stale(send: Callable[[int], object] | None = None) -> int:
+    """Running jobs whose worker stopped beating BENCH_STALE_S ago: back in their queue (each id to ``send``)
+    before their last attempt, else failed (results kept); how many."""
     now = timezone.now()
     stale_s = int(settings.BENCH_STALE_S)
     stale = (
@@ -38,6 +45,16 @@ def jobs_reap_stale() -> int:
     )
     reaped = 0
     for job in stale:
+        # Only if it has not beaten since it was read: a worker that is merely slow keeps its job.
+        still = BenchJob.objects.filter(
+            pk=job.pk, status=BenchJob.Status.RUNNING, attempts=job.attempts, heartbeat_at=job.heartbeat_at
+        )
+        if job.attempts < MAX_ATTEMPTS:
+            if still.update(status=BenchJob.Status.QUEUED, current_cell=""):  # claim starts it over, saying why
+                reaped += 1
+                if send is not None:
+                    send(job.pk)
+            continue
         error = BenchJob.error_fields(
             _(
                 "이 작업을 실행하던 워커가 작업 도중 사라졌습니다 (시도 %(attempt)d/%(most)d): %(stale)d초 넘게 "
@@ -52,8 +69,5 @@ def jobs_reap_stale() -> int:
                 "total": job.total_requests,
             }
         )
-        # Only if it has not beaten since it was read: a worker that is merely slow keeps its job.
-        reaped += BenchJob.objects.filter(
-            pk=job.pk, status=BenchJob.Status.RUNNING, attempts=job.attempts, heartbeat_at=job.heartbeat_at
-        ).update(status=BenchJob.Status.FAILED, **error, finished_at=now, current_cell="")
+        reaped += still.update(status=BenchJob.Status.FAILED, **error, finished_at=now, current_cell="")
     return reaped

@@ -71,6 +71,9 @@ def chat_engine(session_key: str | None) -> Engine:
     options = engines.choices()  # one read of the registered engines
     url = engines.chosen_url(session, options)
     choice = pools.chat_engine(url, options)
-    if choice.configured:
+    routed = settings.LAB_ROUTER and choice.url.rstrip("/") in {u.rstrip("/") for u in settings.LAB_ROUTER_ENGINES}
+    if routed:  # vllm-router in front of the chat pool picks the engine (vllm_client.chat_url)
+        return Engine(name=str(_("vLLM 라우터")) if not choice.configured or choice.number > 1 else choice.name)
+    if choice.configured and choice.number == 1:
         return Engine(name=choice.name)
     return Engine(url=choice.url, name=choice.name, model=choice.model)

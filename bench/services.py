@@ -23,6 +23,13 @@ from bench.models import BenchJob
 from rag.vllm import client as vllm_client
 
 
+def jobs_reap_stale() -> int:
+    """``bench.reaper.jobs_reap_stale``, each job put back in its queue sent to the worker again."""
+    from bench import tasks
+
+    return reaper.jobs_reap_stale(send=lambda job_id: transaction.on_commit(lambda: tasks.job_run.delay(job_id)))
+
+
 def job_create(
     *,
     owner: AbstractBaseUser,
@@ -40,7 +47,7 @@ def job_create(
     lab; the learner's prediction is compared with what it measures)."""
     from bench import tasks
 
-    reaper.jobs_reap_stale()  # a lost worker's job does not hold the queue up in front of the new one
+    jobs_reap_stale()  # a lost worker's job does not hold the queue up in front of the new one
     seeded = config | {"seed": random.SystemRandom().randrange(1, 1 << 30)}  # fresh prompts: no cache hits
     url = engine_url or vllm_client.base_url()
     pool, hardware = pools.queue_of(url)

@@ -12,7 +12,7 @@ from django.shortcuts import redirect, render
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
-from bench import access, charts, comparison, engines, exports, plotting, pools, reaper, services, stats
+from bench import access, charts, comparison, engines, exports, plotting, pools, services, stats
 from bench.forms import JobForm
 from bench.kinds import registry
 from bench.models import BenchJob
@@ -30,7 +30,7 @@ def engine_max_model_len() -> int:
 
 @login_required
 def bench_list(request: HttpRequest) -> HttpResponse:
-    reaper.jobs_reap_stale()
+    services.jobs_reap_stale()
     form = JobForm(
         request.POST or None, request.FILES or None, shown=request.GET.get("kind"), max_model_len=engine_max_model_len
     )
@@ -53,8 +53,11 @@ def bench_list(request: HttpRequest) -> HttpResponse:
         for j, at in pools.board()
     ]
     engine = engines.chosen_url(request.session)
-    context = {"form": form, "jobs": mine, "queue": queue_rows, "engine_name": engines.name_of(engine)}
-    return render(request, "bench/list.html", context | {"engine_url": engine, "queue_of": pools.queue_of(engine)})
+    queue = pools.queue_of(engine)
+    context = {"form": form, "jobs": mine, "queue": queue_rows, "engine_name": engines.name_of(engine, options)}
+    # Pinning means something only when another measuring engine could take the job instead.
+    context["pin_choice"] = len(pools.measurers(queue, options)) > 1
+    return render(request, "bench/list.html", context | {"engine_url": engine, "queue_of": queue})
 
 
 def _charts(kind: str, jobs_: list[BenchJob]) -> list[dict[str, Any]]:
@@ -63,7 +66,7 @@ def _charts(kind: str, jobs_: list[BenchJob]) -> list[dict[str, Any]]:
 
 @login_required
 def bench_detail(request: HttpRequest, job_id: int) -> HttpResponse:
-    reaper.jobs_reap_stale()
+    services.jobs_reap_stale()
     job = access.job_for(request.user, job_id)
     context: dict[str, Any] = {"job": job, "place": pools.place(job), "charts": _charts(job.kind, [job])}
     context["engine_name"] = engines.name_of(job.engine_url)

@@ -10,6 +10,7 @@ start-up with an ``ImproperlyConfigured`` error that names the variable.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -32,7 +33,11 @@ VARIABLES: dict[str, Variable] = {
         Variable("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]", "comma-separated host names"),
         Variable("SECURE_SSL_REDIRECT", "true", "class mode: redirect http to https (false when a proxy does it)"),
         Variable("CSRF_TRUSTED_ORIGINS", "", "comma-separated origins behind a proxy (https://lab.example.org)"),
-        Variable("DATABASE_URL", "sqlite:///data/lab.sqlite3", "sqlite:///path or postgres://user:pass@host:5432/db"),
+        Variable(
+            "DATABASE_URL",
+            "",
+            "empty: SQLite at DATA_DIR/lab.sqlite3; or sqlite:///path or postgres://user:pass@host:5432/db",
+        ),
         Variable(
             "REDIS_URL", "", "Redis for Celery and the channel layer; empty = embedded redis-server on REDIS_PORT"
         ),
@@ -43,18 +48,32 @@ VARIABLES: dict[str, Variable] = {
         Variable("VLLM_MODEL", "", "model name served by vLLM; empty = the embedded Gemma 3 270M"),
         Variable(
             "LAB_ROUTER",
-            "false",
-            "chat through vllm-router (embedded on LAB_ROUTER_PORT) in front of LAB_ROUTER_ENGINES",
+            "auto",
+            "chat through vllm-router (embedded on LAB_ROUTER_PORT) in front of LAB_ROUTER_ENGINES; "
+            "`auto` = on when LAB_ENGINES gives a chat pool",
         ),
         Variable(
             "LAB_ROUTER_ENGINES",
             "",
-            "comma-separated engine base URLs the router spreads the chat over; empty = the configured engine",
+            "comma-separated engine base URLs the router spreads the chat over; empty = the chat engines of "
+            "LAB_ENGINES, else the configured engine",
         ),
         Variable(
             "LAB_ROUTER_POLICY",
             "consistent_hash",
             "router's --policy: consistent_hash (on X-Session-ID), round_robin, cache_aware, power_of_two, random",
+        ),
+        Variable(
+            "LAB_ENGINES",
+            "auto",
+            "embedded CPU engines `make run` starts, each on its own cores and port from VLLM_PORT; "
+            "`auto` = one per 2 cores and per 8 GiB of memory (one on a 2-core machine)",
+        ),
+        Variable(
+            "LAB_CHAT_ENGINES",
+            "auto",
+            "of LAB_ENGINES, how many only chat (the last ones; the others only measure); "
+            "`auto` = 1 when there are two or more, 0 = every engine measures and chats",
         ),
         Variable("VLLM_MAX_MODEL_LEN", "8192", "--max-model-len for the embedded engine"),
         Variable(
@@ -176,6 +195,13 @@ def env_int(name: str, *, minimum: int = 0, maximum: int = 2**31) -> int:
     if not minimum <= number <= maximum:
         raise ImproperlyConfigured(f"{name}={number} is outside {minimum}..{maximum}")
     return number
+
+
+def env_int_or_auto(name: str, auto: Callable[[], int], *, minimum: int = 0, maximum: int = 2**31) -> int:
+    """A whole number, or ``auto``: what ``auto()`` makes of this machine."""
+    if _raw(name).lower() == "auto":
+        return auto()
+    return env_int(name, minimum=minimum, maximum=maximum)
 
 
 def env_list(name: str) -> list[str]:

@@ -11,7 +11,8 @@ import dj_database_url
 from csp.constants import NONE, SELF, UNSAFE_INLINE
 from django.core.exceptions import ImproperlyConfigured
 
-from labapp.env import env_bool, env_choice, env_int, env_list, env_str, env_url, env_urls, is_set
+from labapp import engine_layout as layout
+from labapp.env import env_bool, env_choice, env_int, env_int_or_auto, env_list, env_str, env_url, env_urls, is_set
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = (BASE_DIR / env_str("DATA_DIR")).resolve()
@@ -107,7 +108,8 @@ TEMPLATES = [
 
 
 def _database() -> dict[str, object]:
-    url = env_str("DATABASE_URL")
+    # Unset: SQLite beside the stack's other files, so a second stack (another DATA_DIR) has its own.
+    url = env_str("DATABASE_URL") or f"sqlite:///{DATA_DIR / 'lab.sqlite3'}"
     if url.startswith("sqlite:///") and not url.startswith("sqlite:////"):
         # A relative SQLite path is relative to the checkout, not the current directory.
         url = f"sqlite:///{(BASE_DIR / url.removeprefix('sqlite:///')).resolve()}"
@@ -160,17 +162,34 @@ VLLM_BASE_URL = (
 )
 # Empty: the embedded engine's model, or whatever the external server lists first.
 VLLM_MODEL = env_str("VLLM_MODEL")
+VLLM_CPU_THREADS = env_str("VLLM_CPU_THREADS")
+# The embedded engines: how many, and how many of them only chat (labapp.engine_layout, the one
+# place that knows their ports, cores and roles; ``layout.current()`` reads these back).
+LAB_ENGINES = env_int_or_auto("LAB_ENGINES", layout.machine_count, minimum=1, maximum=64)
+LAB_CHAT_ENGINES = env_int_or_auto("LAB_CHAT_ENGINES", lambda: layout.default_chat(LAB_ENGINES), minimum=0, maximum=63)
+try:
+    _LAYOUT = layout.build(
+        first_url=VLLM_BASE_URL,
+        embedded=VLLM_EMBEDDED,
+        count=LAB_ENGINES,
+        chat=LAB_CHAT_ENGINES,
+        threads=VLLM_CPU_THREADS,
+    )
+except layout.LayoutError as exc:
+    raise ImproperlyConfigured(str(exc)) from None
 # The chat through vllm-router (labapp.ops.stack.components.router) in front of a pool of engines; the
-# labs and benchmarks keep measuring VLLM_BASE_URL (or a registered engine) directly.
-LAB_ROUTER = env_bool("LAB_ROUTER")
+# labs and benchmarks keep measuring VLLM_BASE_URL (or a registered engine) directly. auto: on when the
+# layout has a chat pool (engines that only chat), in front of it.
+LAB_ROUTER = _LAYOUT.wants_router if env_str("LAB_ROUTER").lower() == "auto" else env_bool("LAB_ROUTER")
 LAB_ROUTER_POLICY = env_choice(
     "LAB_ROUTER_POLICY", ("consistent_hash", "round_robin", "cache_aware", "power_of_two", "random")
 )
 LAB_ROUTER_PORT = env_int("LAB_ROUTER_PORT", minimum=1, maximum=65535)
 LAB_ROUTER_METRICS_PORT = env_int("LAB_ROUTER_METRICS_PORT", minimum=1, maximum=65535)
-# Each engine's base URL (without /v1, as VLLM_BASE_URL); none listed: the configured engine alone.
+# Each engine's base URL (without /v1, as VLLM_BASE_URL); none listed: the layout's chat pool, else the
+# configured engine alone.
 LAB_ROUTER_ENGINES = [u.removesuffix("/v1") for u in env_urls("LAB_ROUTER_ENGINES", schemes=("http", "https"))]
-LAB_ROUTER_ENGINES = LAB_ROUTER_ENGINES or [VLLM_BASE_URL]
+LAB_ROUTER_ENGINES = LAB_ROUTER_ENGINES or _LAYOUT.router_engines
 ROUTER_URL = f"http://127.0.0.1:{LAB_ROUTER_PORT}"  # the chat's, when LAB_ROUTER is on
 VLLM_MAX_MODEL_LEN = env_int("VLLM_MAX_MODEL_LEN", minimum=256, maximum=1_048_576)
 EMBEDDING_MODEL = env_str("EMBEDDING_MODEL")
@@ -204,7 +223,6 @@ STATUS_CACHE_S = env_int("STATUS_CACHE_S", minimum=0, maximum=3600)
 WEB_HOST = env_str("WEB_HOST")
 WEB_PORT = env_int("WEB_PORT", minimum=1, maximum=65535)
 WEB_REQUEST_THREADS = env_int("WEB_REQUEST_THREADS", minimum=0, maximum=1000)  # labapp.request_threads
-VLLM_CPU_THREADS = env_str("VLLM_CPU_THREADS")
 VLLM_DTYPE = env_choice("VLLM_DTYPE", ("auto", "bfloat16", "float16", "float32"))
 
 # channels_redis waits for a socket's next message with BZPOPMIN, 5 s at a time on the Redis server.

@@ -45,7 +45,7 @@ class Start:
         """Seconds a start takes: the median of the recorded starts, else the stated default."""
         if self.durations:
             return float(statistics.median(self.durations))
-        return DEFAULT_START_S.get(self.name, OTHER_DEFAULT_S)
+        return DEFAULT_START_S.get(self.name.split("-", 1)[0], OTHER_DEFAULT_S)  # engine-2: an engine
 
     @property
     def measured(self) -> bool:

@@ -18,6 +18,10 @@ from rag.services import CHAPTER_COLLECTION
 # chat-style questions such as "프리필이란?"); both are asked, in this order.
 _EVAL = Path(__file__).resolve().parent / "eval"
 EVAL_SETS = (_EVAL / "chapter_qa_ko.jsonl", _EVAL / "chapter_qa_ko_paraphrases.jsonl")
+# Questions written by hand on 2026-12-05 from the chapter's text alone, before any retrieval was run on them,
+# and used for nothing but reporting: a change is chosen on EVAL_SETS and read here (`compare_tokenizers
+# --held-out`), so that a figure here is not one anybody tuned to. Not asked by ``evaluate``.
+HELD_OUT = (_EVAL / "chapter_qa_ko_heldout.jsonl",)
 
 
 @dataclass(frozen=True)

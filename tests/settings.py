@@ -70,6 +70,9 @@ if "LAB_TEST_DATA_DIR" not in os.environ:
     # The fault tests kill a component and read the status page at once: no reused probe results
     # (tests/site/test_status.py turns the cache on to prove it).
     os.environ.setdefault("STATUS_CACHE_S", "0")
+    # One engine whatever the machine's cores (LAB_ENGINES=auto would give a CI runner's four cores two):
+    # the harness starts one; tests of several build their layout themselves.
+    os.environ.setdefault("LAB_ENGINES", "1")
     os.environ.setdefault("ENGINE_PROBE_CACHE_S", "0")  # the same for the engines page (test_engines turns it on)
 
 from labapp.settings import *  # noqa: E402, F403

@@ -27,6 +27,7 @@ BOUNDED: dict[str, str] = {
     "labapp.classes.services.classroom_join": "throttle: JOINS_PER_CLASS_PER_MINUTE; one row per (user, class)",
     # rows made by signed-in learners, each under a per-account limit
     "bench.services.job_create": "BENCH_MAX_ACTIVE_JOBS_PER_USER queued + running (lab runs and the demo too)",
+    "bench.services.jobs_reap_stale": "one task per job silent BENCH_STALE_S, sent only by the update that requeues it",
     "rag.services.document_upload": "DOCUMENTS_MAX_PER_USER files and DOCUMENTS_MAX_MB_PER_USER MB",
     "rag.services.document_ingest": "one run per uploaded document (re-queued only when superseded)",
     "rag.services.source_index": "one IndexedSource per (collection, document)",

@@ -145,10 +145,7 @@ class AssignmentForm(forms.Form):
     due_at = _datetime_field(_("마감 시각"))
     late_rule = forms.ChoiceField(
         label=_("마감 뒤 제출"),
-        choices=[
-            (Assignment.LateRule.ACCEPT, _("받고 늦음으로 표시")),
-            (Assignment.LateRule.REFUSE, _("받지 않음")),
-        ],
+        choices=Assignment.LateRule.choices,
         initial=Assignment.LateRule.ACCEPT,
     )
 

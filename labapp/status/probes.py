@@ -27,6 +27,7 @@ from django.conf import settings
 from django.core.cache import cache
 from django.db import connection
 from django.utils.functional import Promise
+from django.utils.text import format_lazy
 from django.utils.translation import gettext_lazy as _
 
 from labapp import addresses, starts
@@ -56,6 +57,8 @@ class ComponentStatus:
     noun: str = ""  # what "… 시작 중" names (the engine, not "vLLM")
     expected_s: float | None = None  # starting: the start-up time expected …
     from_starts: int = 0  # … as the median of this many recorded starts (0: the stated default)
+    engine: int = 0  # an engine of the layout: its number (``labapp.status.engines`` adds its role and queue)
+    role: dict[str, Any] | None = None  # that engine's role, pool and queue, read per request (``engines.rows``)
 
     @property
     def words(self) -> str:
@@ -120,6 +123,15 @@ def probe_vllm() -> dict[str, str]:
     }
 
 
+def probe_engine(url: str) -> dict[str, str]:
+    """Another engine of the layout (LAB_ENGINES), as ``probe_vllm`` asks the first."""
+    from rag.vllm import client as vllm_client
+
+    info = asyncio.run(vllm_client.probe(url, wanted=settings.VLLM_MODEL or None, timeout=5.0))
+    found = {"url": info.base_url, "model": info.model, "max_model_len": str(info.max_model_len)}
+    return found | {"version": info.version}
+
+
 def probe_router() -> dict[str, str]:
     from rag.vllm import router
 
@@ -173,6 +185,7 @@ class ComponentProbe:
     noun: StrOrPromise = ""  # what its start is called ("엔진 시작 중"); "" for its label
     where: Callable[[], str] | None = None  # the address it was asked at, shown beside a failure's words
     configured: Callable[[], bool] = lambda: True  # False: not part of this lab (no row at all)
+    engine: int = 0  # an engine of the layout (labapp.engine_layout): its number
 
 
 def _warm_chroma() -> object:
@@ -194,7 +207,14 @@ PROBES: list[ComponentProbe] = [
         "chroma", "Chroma", probe_chroma, 5.0, _warm_chroma, stack_name="chroma", where=lambda: settings.CHROMA_URL
     ),
     ComponentProbe(
-        "vllm", "vLLM", probe_vllm, 6.0, stack_name="engine", noun=_("엔진"), where=lambda: settings.VLLM_BASE_URL
+        "vllm",
+        "vLLM",
+        probe_vllm,
+        6.0,
+        stack_name="engine",
+        noun=_("엔진"),
+        where=lambda: settings.VLLM_BASE_URL,
+        engine=1,
     ),
     ComponentProbe(
         "router",
@@ -212,6 +232,37 @@ PROBES: list[ComponentProbe] = [
     ComponentProbe("embeddings", _("임베딩 모델"), probe_embeddings, 5.0, _warm_embeddings, cpu_bound=True),
 ]
 WARMUP_DEADLINE_S = 60.0  # the first embedding model load takes several seconds
+
+
+def engine_label(number: int) -> StrOrPromise:
+    return format_lazy(_("vLLM 엔진 {number}"), number=number)
+
+
+def all_probes() -> list[ComponentProbe]:
+    """PROBES, with a row for each other engine of the layout (LAB_ENGINES) after the first engine's; with
+    several engines the first's row is named by its number as well."""
+    from labapp import engine_layout as layout
+
+    specs = layout.current().engines
+    if len(specs) == 1:
+        return list(PROBES)
+    others = [
+        ComponentProbe(
+            f"vllm-{spec.number}",
+            engine_label(spec.number),
+            partial(probe_engine, spec.url),
+            6.0,
+            stack_name=spec.name,
+            noun=_("엔진"),
+            where=lambda url=spec.url: url,  # type: ignore[misc]
+            engine=spec.number,
+        )
+        for spec in specs[1:]
+    ]
+    found: list[ComponentProbe] = []
+    for probe in PROBES:
+        found += [replace(probe, label=engine_label(1)), *others] if probe.key == "vllm" else [probe]
+    return found
 
 
 def _timed(probe: Probe) -> tuple[dict[str, str], float]:
@@ -253,7 +304,7 @@ def check_all() -> list[ComponentStatus]:
                 found = _probe_all()
                 if settings.STATUS_CACHE_S > 0:
                     cache.set(CACHE_KEY, found, settings.STATUS_CACHE_S)
-    probes = {probe.key: probe for probe in PROBES}  # labels in the language of this request
+    probes = {probe.key: probe for probe in all_probes()}  # labels in the language of this request
     return [_in_language(c, probes.get(c.key)) for c in found]
 
 
@@ -278,7 +329,7 @@ def _failed(probe: ComponentProbe, exc: BaseException) -> ComponentStatus:
 
 
 def _probe_all() -> list[ComponentStatus]:
-    probes = [p for p in PROBES if p.configured()]
+    probes = [p for p in all_probes() if p.configured()]
     pool = ThreadPoolExecutor(max_workers=len(probes), thread_name_prefix="status")
     try:
         warm = _run_all(pool, {p.key: (p.warmup, WARMUP_DEADLINE_S) for p in probes if p.warmup})
@@ -293,11 +344,12 @@ def _probe_all() -> list[ComponentStatus]:
     for probe in probes:
         outcome = timed[probe.key] if probe.key in timed else warm[probe.key]
         if isinstance(outcome, BaseException):
-            results.append(_failed(probe, outcome))
+            found = _failed(probe, outcome)
         else:
             details, ms = outcome
             shown = {name: addresses.scrubbed(value) for name, value in details.items()}
-            results.append(ComponentStatus(probe.key, str(probe.label), True, round(ms, 1), shown))
+            found = ComponentStatus(probe.key, str(probe.label), True, round(ms, 1), shown)
+        results.append(replace(found, engine=probe.engine))
     cache.set(DOWN_KEY, [s for s in results if not s.ok], 60)
     return results
 
@@ -308,5 +360,5 @@ def not_ok() -> list[ComponentStatus] | None:
     value = cache.get(DOWN_KEY)
     if value is None:
         return None
-    probes = {probe.key: probe for probe in PROBES}
+    probes = {probe.key: probe for probe in all_probes()}
     return [_in_language(c, probes.get(c.key)) for c in value if isinstance(c, ComponentStatus)]

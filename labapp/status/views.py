@@ -16,6 +16,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from labapp.access import may_see_status_details
+from labapp.status import engines
 from labapp.status import probes as status
 
 
@@ -24,14 +25,15 @@ from labapp.status import probes as status
 def status_page(request: HttpRequest) -> HttpResponse:
     partial = request.headers.get("HX-Request") == "true"  # htmx refreshes only the table
     template = "status_table.html" if partial else "status.html"
-    context = {"components": status.check_all(), "details": may_see_status_details(request.user)}
+    components = engines.with_roles(status.check_all())
+    context = {"components": components, "details": may_see_status_details(request.user)}
     return render(request, template, context)
 
 
 @never_cache
 @require_GET
 def status_json(request: HttpRequest) -> JsonResponse:
-    components = status.check_all()
+    components = engines.with_roles(status.check_all())
     if may_see_status_details(request.user):
         shown: list[dict[str, Any]] = [asdict(c) for c in components]
     else:

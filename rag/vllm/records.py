@@ -9,11 +9,24 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 
 @dataclass
 class RequestRecord:
+    # What the engine says of a request (its text, usage and per-request metrics), as opposed to the
+    # client's clock: kept when a stored request is read back, compared when a proxy passes it through.
+    FROM_THE_ENGINE: ClassVar[tuple[str, ...]] = (
+        "generated_text",
+        "prompt_tokens",
+        "output_tokens",
+        "cached_tokens",
+        "queue_time_server",
+        "prefill_time_server",
+        "decode_time_server",
+        "finish_reason",
+    )
+
     t_send: float = 0.0
     first_chunk_at: float | None = None  # first chunk with non-empty choices (vllm bench serve's TTFT)
     text_chunk_at: list[float] = field(default_factory=list)  # every text-carrying chunk

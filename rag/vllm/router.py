@@ -9,11 +9,40 @@ its health (its checks every few seconds, and its circuit breaker after failed r
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 from django.conf import settings
 
 from rag.vllm.client import tls
+
+ROUTER_BINARY = Path(__file__).resolve().parents[2] / ".venv-router" / "bin" / "vllm-router"
+
+# vllm-router's defaults suit a cluster: a health check a minute, five failed requests before its
+# circuit breaker takes an engine out (each request that meets a dead engine fails until then), and a
+# startup check every 30 s. A class's engines are few: a dead one costs two failed attempts, after
+# which the request is retried on another engine (tests/ops/test_router.py kills one), and its
+# health checks find it down within about 10 s (the status page's engine list).
+ROUTER_FLAGS = (
+    "--worker-startup-timeout-secs", "900",  # the engine's own ready_timeout_s: it may still be starting
+    "--worker-startup-check-interval", "2",
+    "--health-check-interval-secs", "5",
+    "--health-failure-threshold", "2",
+    "--health-success-threshold", "1",
+    "--cb-failure-threshold", "2",
+    "--cb-timeout-duration-secs", "15",
+    "--retry-max-retries", "3",
+    "--request-timeout-secs", "600",
+)  # fmt: skip
+
+
+def router_command(*, port: int, metrics_port: int, engines: list[str], policy: str) -> list[str]:
+    """vllm-router's command line on loopback, with the flags above: the stack's router and a policy
+    measurement (``bench.router_run``) start it alike."""
+    return [
+        str(ROUTER_BINARY), "--host", "127.0.0.1", "--port", str(port), "--worker-urls", *engines,
+        "--policy", policy, "--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics_port), *ROUTER_FLAGS,
+    ]  # fmt: skip
 
 
 @dataclass(frozen=True)

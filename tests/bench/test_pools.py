@@ -145,6 +145,24 @@ def test_the_bench_page_says_why_a_second_run_is_refused_and_shows_the_queue(mon
     job = BenchJob.objects.get()
     assert f"#{job.pk}" in page and "한 사람은 한 번에 실행 하나만" in page and BenchJob.objects.count() == 1
     assert f'data-job="{job.pk}" data-position="1"' in page and "곧 시작" in page  # the engine is free
+    assert "측정 엔진(하드웨어 표시 없음) 중 먼저 비는 곳" in page and "하드웨어 —" not in page
+
+
+@pytest.mark.django_db
+def test_the_pin_choice_shows_only_when_another_measuring_engine_could_take_the_job(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from bench import views
+
+    monkeypatch.setattr(views, "engine_max_model_len", lambda: 8192)
+    (ana,) = learners("ana")
+    client = Client()
+    client.force_login(ana)
+    assert 'id="pin-field"' not in client.get("/bench/").content.decode()  # the one engine: nothing to choose
+    Engine.objects.create(name="twin", base_url="http://twin", role="measure")
+    page = client.get("/bench/").content.decode()
+    assert 'id="pin-field"' in page and "에서만 실행" in page and "하드웨어 표시가 없는" in page
+    assert "엔진 엔진" not in page and "—인" not in page
 
 
 # --- places and expected starts --------------------------------------------------------------------

@@ -69,16 +69,7 @@ def test_a_stream_through_the_router_keeps_the_engines_usage_metrics_and_cached_
 ) -> None:
     routed, routed_counts = ask(router_pool.url, session="learner-1")
     direct, direct_counts = ask(router_pool.answered_by(routed.generated_text))
-    from_the_engine = (
-        "generated_text",
-        "prompt_tokens",
-        "output_tokens",
-        "cached_tokens",
-        "queue_time_server",
-        "prefill_time_server",
-        "decode_time_server",
-        "finish_reason",
-    )
+    from_the_engine = RequestRecord.FROM_THE_ENGINE
     assert {k: getattr(routed, k) for k in from_the_engine} == {k: getattr(direct, k) for k in from_the_engine}
     assert (
         routed.cached_tokens == 16

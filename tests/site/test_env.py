@@ -106,3 +106,12 @@ def test_the_sqlite_database_keeps_a_write_ahead_log(tmp_path: Path) -> None:
     done = _manage("shell", "-c", probe, DATABASE_URL=f"sqlite:///{database}", DATA_DIR=str(tmp_path))
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "wal"
+
+
+def test_without_a_database_url_the_database_lives_in_the_data_dir(tmp_path: Path) -> None:
+    """A second stack started with its own DATA_DIR (another class, a rehearsal) must not share the
+    first one's SQLite file."""
+    probe = "from django.db import connection; print(connection.settings_dict['NAME'])"
+    done = _manage("shell", "-c", probe, DATABASE_URL="", DATA_DIR=str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == str(tmp_path / "lab.sqlite3")

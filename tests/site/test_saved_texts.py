@@ -152,7 +152,8 @@ def job_whose_config_no_longer_reads(world: World) -> Read:
 
 
 def job_whose_worker_was_lost(world: World) -> Read:
-    job = _job(world, status="running", attempts=1, heartbeat_at=timezone.now() - timedelta(days=1))
+    # Lost on its last attempt: it fails with the reason (lost earlier, it goes back to its queue).
+    job = _job(world, status="running", attempts=2, heartbeat_at=timezone.now() - timedelta(days=1))
     assert reaper.jobs_reap_stale() == 1
     return _job_error(job.pk)
 

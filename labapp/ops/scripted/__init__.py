@@ -35,6 +35,12 @@ queue-time histograms, prefix-cache counters, KV-cache usage, generation tokens 
 tokens per engine step (one per streamed token)) and ``POST /tokenize`` (400 for chat
 messages unless ``chat_template``).
 
+``Script.prefix_cache`` (``--prefix-cache``; ``prefix_cache.PrefixCache``) makes it a
+replica with its own prefix cache: cached tokens are the prompt's longest block-aligned
+prefix it served before, the TTFT grows with the uncached rest, its /metrics prefix-cache
+counters count them and ``POST /reset_prefix_cache`` empties it (404 without one, as vLLM
+outside its dev mode).
+
 ``GET /stats`` (``?reset=1`` also clears them) returns what the server saw, with
 ``time.perf_counter()`` timestamps: per stream the prompt's first word, when
 the request had been read, when its first and last tokens were written; the
@@ -44,6 +50,7 @@ on the same machine can split its measured TTFT into send path, server
 lateness and receive path.
 """
 
+from labapp.ops.scripted.prefix_cache import PrefixCache
 from labapp.ops.scripted.run import ThreadedServer, main, raise_open_file_limit, serve, spawn
 from labapp.ops.scripted.script import REQUEST_METRICS, Script, Stats
 from labapp.ops.scripted.server import READY_LINE, ScriptedServer, run_server
@@ -51,6 +58,7 @@ from labapp.ops.scripted.server import READY_LINE, ScriptedServer, run_server
 __all__ = [
     "READY_LINE",
     "REQUEST_METRICS",
+    "PrefixCache",
     "Script",
     "ScriptedServer",
     "Stats",

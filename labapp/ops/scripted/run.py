@@ -15,6 +15,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+from labapp.ops.scripted.prefix_cache import PrefixCache
 from labapp.ops.scripted.script import Script
 from labapp.ops.scripted.server import READY_LINE, ScriptedServer, run_server
 
@@ -134,11 +135,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", default="scripted")
     parser.add_argument("--text", default="x", help="every token's text")
     parser.add_argument("--max-streams", type=int, default=0, help="at most this many generate at once (0: no cap)")
+    parser.add_argument(
+        "--prefix-cache", action="store_true", help="simulate a prefix cache: cached tokens from the prompts served"
+    )
+    parser.add_argument(
+        "--prefill-ms-per-token", type=float, default=0.0, help="with --prefix-cache: TTFT per uncached prompt token"
+    )
     args = parser.parse_args(argv)
     if args.ttft_ms < 0 or args.itl_ms < 0:
         parser.error("--ttft-ms and --itl-ms must not be negative")
     raise_open_file_limit()
     script = Script.timed(ttft_s=args.ttft_ms / 1000, itl_s=args.itl_ms / 1000, model=args.model, text=args.text)
     script.max_streams = max(0, args.max_streams)
+    if args.prefix_cache:
+        script.prefix_cache = PrefixCache(prefill_s_per_token=args.prefill_ms_per_token / 1000)
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(run_server(script, args.host, args.port))

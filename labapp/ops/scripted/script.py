@@ -8,6 +8,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from labapp.ops.scripted.prefix_cache import PrefixCache
+
 # vLLM's per-request metrics (--enable-per-request-metrics), ms, on the final chunk.
 REQUEST_METRICS = {"queue_time_ms": 1.5, "time_to_first_token_ms": 20.0, "generation_time_ms": 30.0}
 
@@ -37,6 +39,9 @@ class Script:
     tokenizer: Literal["bytes", "words"] = "bytes"  # a token per 3 bytes (+1), or per word
     chat_template: bool = False
     cached_tokens: int | None = 16  # prompt tokens reported as served from the prefix cache
+    # A simulated prefix cache (None: ``cached_tokens`` every time): cached tokens are the prompt's longest
+    # block-aligned prefix served before, the TTFT grows with the rest, POST /reset_prefix_cache empties it.
+    prefix_cache: PrefixCache | None = None
     request_metrics: bool = True  # REQUEST_METRICS on the final chunk
     metrics: bool = True  # serve /metrics
     # Failures: a generation request is answered with this status and message.
@@ -113,6 +118,8 @@ class Generation:
     key: str  # the prompt's first word, to match the request in /stats
     pieces: list[str]
     finish: str  # "length": the answer used all of max_tokens; else "stop"
+    ttft_s: float = 0.0  # request read (or slot taken) → first token
+    cached: int | None = None  # prompt tokens served from the prefix cache, as the usage reports them
 
     def usage(self, completion: int, *, final: bool, cached: int | None) -> str:
         total = self.prompt_tokens + completion

@@ -147,7 +147,13 @@ class ScriptedServer:
             self._respond(writer, 200, gets[path](), keep_alive=keep_alive)
             if path == "/stats" and parse_qs(query).get("reset", ["0"])[0] not in ("", "0"):
                 self.stats.reset()
-        elif path not in posts:  # e.g. /reset_prefix_cache outside vLLM's dev mode
+        elif path == "/reset_prefix_cache" and self.script.prefix_cache is not None:
+            if method != "POST":
+                self._respond(writer, 405, {"error": {"message": f"{method} {path}"}}, keep_alive=keep_alive)
+            else:
+                self.script.prefix_cache.reset()
+                self._respond(writer, 200, {"success": True}, keep_alive=keep_alive)
+        elif path not in posts:  # e.g. /reset_prefix_cache outside vLLM's dev mode (or without a prefix cache)
             self._respond(writer, 404, {"error": {"message": f"no route {path}"}}, keep_alive=keep_alive)
         elif path == "/tokenize":
             self._tokenize(writer, json_object(body), keep_alive=keep_alive)
@@ -168,6 +174,8 @@ class ScriptedServer:
 
     def _metrics_text(self) -> str:
         n, labels = self.stats.completed, f'{{model_name="{self.script.model}",engine="0"}}'
+        cache = self.script.prefix_cache
+        queries, hits = (cache.queries, cache.hits) if cache is not None else (100 * n, 16 * n)
         samples = [
             ("vllm:num_requests_running", self.stats.streams),
             ("vllm:num_requests_waiting", self.stats.waiting),
@@ -175,8 +183,8 @@ class ScriptedServer:
             ("vllm:time_to_first_token_seconds_count", n),
             ("vllm:request_queue_time_seconds_sum", 0.0015 * n),
             ("vllm:request_queue_time_seconds_count", n),
-            ("vllm:prefix_cache_queries_total", 100 * n),
-            ("vllm:prefix_cache_hits_total", 16 * n),
+            ("vllm:prefix_cache_queries_total", queries),
+            ("vllm:prefix_cache_hits_total", hits),
             ("vllm:kv_cache_usage_perc", min(1.0, 0.01 * self.stats.streams)),
             ("vllm:num_preemptions_total", 0),
             ("vllm:generation_tokens_total", self.stats.tokens),
@@ -214,12 +222,19 @@ class ScriptedServer:
         if script.cut_at_max_tokens:
             pieces = pieces[:tokens]
         words = prompt.split()
+        prompt_tokens = script.count(prompt)
+        cached, ttft_s = script.cached_tokens, script.ttft_s
+        if script.prefix_cache is not None:
+            cached = script.prefix_cache.serve(prompt, prompt_tokens)
+            ttft_s = script.prefix_cache.ttft_s(script.ttft_s, prompt_tokens, cached)
         return Generation(
             chat=chat,
-            prompt_tokens=script.count(prompt),
+            prompt_tokens=prompt_tokens,
             key=words[0] if words and not chat else "",
             pieces=pieces,
             finish="length" if len(pieces) >= tokens else "stop",
+            ttft_s=ttft_s,
+            cached=cached,
         )
 
     async def _generate(
@@ -259,10 +274,10 @@ class ScriptedServer:
             await self._stream(writer, generation, opening, payload, keep_alive=keep_alive, start=start)
             return
         n = len(generation.pieces)
-        await asyncio.sleep(max(0.0, start + script.ttft_s + (n - 1) * script.delay_s - time.perf_counter()))
+        await asyncio.sleep(max(0.0, start + generation.ttft_s + (n - 1) * script.delay_s - time.perf_counter()))
         self.stats.completed += 1
         choice = {"index": 0, "text": "".join(generation.pieces), "logprobs": None, "finish_reason": generation.finish}
-        usage = generation.usage(n, final=True, cached=script.cached_tokens)
+        usage = generation.usage(n, final=True, cached=generation.cached)
         self._respond(writer, 200, json.loads(f"{opening},{usage}}}") | {"choices": [choice]}, keep_alive=keep_alive)
 
     async def _stream(
@@ -292,7 +307,7 @@ class ScriptedServer:
         stats.peak_streams = max(stats.peak_streams, stats.streams)
         try:
             for k in range(n):
-                await sleep_until(start + script.ttft_s + k * script.delay_s)
+                await sleep_until(start + generation.ttft_s + k * script.delay_s)
                 usage = f",{generation.usage(k + 1, final=False, cached=None)}" if continuous else ""
                 event = f'data: {opening},"choices":[{generation.choice(k)}]{usage}}}\n\n'
                 now = time.perf_counter()
@@ -302,7 +317,7 @@ class ScriptedServer:
                 stats.tokens += 1
                 await writer.drain()
             if script.pause_after_last:
-                await sleep_until(start + script.ttft_s + n * script.delay_s)
+                await sleep_until(start + generation.ttft_s + n * script.delay_s)
             stats.completed += 1  # counted before the last chunk, so a client never sees it late
             writer.write(self._tail(generation, opening, include_usage))
             seen["done"] = True
@@ -313,12 +328,19 @@ class ScriptedServer:
             stats.streams -= 1
             stats.requests.append(seen)
 
+    def _request_metrics(self, generation: Generation) -> dict[str, float]:
+        """vLLM's per-request metrics: fixed, or with a prefix cache the TTFT this request was given."""
+        if self.script.prefix_cache is None:
+            return REQUEST_METRICS
+        return REQUEST_METRICS | {"time_to_first_token_ms": round(generation.ttft_s * 1000, 3)}
+
     def _tail(self, generation: Generation, opening: str, include_usage: bool) -> bytes:
         """The usage chunk (when asked for), [DONE] and the end of the chunked body."""
         tail = b""
         if include_usage:
-            usage = generation.usage(len(generation.pieces), final=True, cached=self.script.cached_tokens)
-            metrics = f',"metrics":{json.dumps(REQUEST_METRICS)}' if self.script.request_metrics else ""
+            usage = generation.usage(len(generation.pieces), final=True, cached=generation.cached)
+            per_request = json.dumps(self._request_metrics(generation))
+            metrics = f',"metrics":{per_request}' if self.script.request_metrics else ""
             tail += chunk(f'data: {opening},"choices":[],{usage}{metrics}}}\n\n'.encode())
         return tail + chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"
 

@@ -110,15 +110,39 @@ def _refusal(name: str, component: Component) -> str | None:
 
 
 def run(name: str) -> int:
-    from labapp import starts
-    from labapp.ops.stack.components import BUILDERS
+    """Supervise the Procfile line ``name``: one component, or (``GROUPS``: the engines) each of several in
+    a thread of its own, each reported by its own name; a dead one does not stop the others."""
+    from labapp.ops.stack.components import BUILDERS, GROUPS
 
-    try:
-        component = BUILDERS[name]()
-    except KeyError:
+    if name in GROUPS:
+        group = GROUPS[name]()
+    elif name in BUILDERS:
+        group = [BUILDERS[name]()]
+    else:
         _say(name, f"unknown component; choose from {', '.join(BUILDERS)}")
         return 2
-    refused = _refusal(name, component)
+    if len(group) == 1:
+        return supervise(group[0])
+    # Prepared one after another (the first engine converts the model; the others find it done).
+    refusals = {component.name: _refusal(component.name, component) for component in group}
+    threads = [
+        threading.Thread(target=supervise, args=(c,), kwargs={"refused": refusals[c.name]}, name=c.name, daemon=True)
+        for c in group
+    ]
+    for thread in threads:
+        thread.start()
+    while any(thread.is_alive() for thread in threads):
+        for thread in threads:
+            thread.join(timeout=0.5)
+    return 0
+
+
+def supervise(component: Component, refused: str | None = "") -> int:
+    """Start one component and watch it until the wrapper is stopped; ``refused`` "" asks ``_refusal`` here."""
+    from labapp import starts
+
+    name = component.name
+    refused = _refusal(name, component) if refused == "" else refused
     if refused is not None:
         _say(name, refused)
         return idle(name)

