@@ -48,7 +48,9 @@ print(json.dumps(cookies))
 
 @pytest.fixture
 def engine_script() -> scripted.Script:
-    return scripted.Script(pieces=[f" 조각{n}" for n in range(60)], delay_s=0.1)  # an answer takes ~6 s
+    # An answer takes ~6 s: sixty different words (counted ones, " 조각0 조각1 …", the repeat guard
+    # cuts after six, and the first answer gave its slot back before the others asked).
+    return scripted.Script(pieces=scripted.plain_words(60), delay_s=0.1)
 
 
 @pytest.fixture
@@ -134,12 +136,14 @@ def test_a_question_past_the_engines_slots_waits_in_line_visibly_then_runs_and_o
     url, (first_cookie, second_cookie, third_cookie) = one_slot_site
     first, second, third = (_chat_page(browser, url, c) for c in (first_cookie, second_cookie, third_cookie))
     running = _ask(first, "프리필이란?")
-    expect(running.locator(".text")).to_contain_text("조각1", timeout=15_000)  # the engine's one slot is taken
+    words = scripted.plain_words(2)
+    expect(running.locator(".text")).to_contain_text(words[1].strip(), timeout=15_000)  # the engine's one slot is taken
 
     waiting = _ask(second, "디코드란?")
     expect(waiting).to_have_attribute("data-status", "queued", timeout=5_000)
     line = waiting.locator(".queue-state")
     expect(line).to_contain_text("대기 1번째")
+    assert running.get_attribute("data-status") == "streaming"  # the slot is the first answer's, held while it streams
     assert line.get_attribute("role") == "status" and line.get_attribute("aria-live") == "polite"
     assert waiting.locator("button.stop").inner_text() == "대기 취소"
     ARTIFACTS.mkdir(exist_ok=True)

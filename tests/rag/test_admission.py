@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 import redis
 
-from rag import admission
+from labapp.ops import scripted
+from rag import admission, answer_guard
 from rag.admission import Admission, LocalStore, Place, RedisStore, Ticket
 from tests import aio
 
@@ -184,3 +185,18 @@ def test_the_admission_named_redis_by_the_settings_counts_there(redis_server: st
     assert _enter(one, c) == Place("waiting", position=1, slots=2)
     held = redis.Redis.from_url(redis_server).zcard(f"lab:chat-admission:{key}:held")
     assert held == 2 and not one.local.engines, "the places were not counted in Redis"
+
+
+def test_the_long_answers_the_admission_tests_script_last_their_whole_length_through_the_repeat_guard() -> None:
+    """The socket and browser tests hold an engine's one slot with a scripted answer of many pieces.
+    Counted pieces (" 조각0 조각1 …") the repeat guard cuts after six as a base model's counted loop:
+    the first answer then gave its slot back within half a second, and the second learner was
+    answered at once instead of waiting in line. ``plain_words`` are never cut."""
+    counted = "".join(f" 조각{n}" for n in range(6))
+    assert answer_guard.repeat_cut(counted) is not None
+    pieces = scripted.plain_words(200)
+    assert len(set(pieces)) == len(pieces)
+    text = ""
+    for piece in pieces:
+        text += piece
+        assert answer_guard.repeat_cut(text) is None, f"cut at {text!r}"

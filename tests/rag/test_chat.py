@@ -432,7 +432,7 @@ def test_an_unauthenticated_socket_or_a_foreign_origin_is_refused_before_any_wor
 
 
 def _stream_then(action: str, fake: scripted.Script) -> tuple[list[dict[str, Any]], Answer]:
-    fake.pieces = [f" 조각{n}" for n in range(200)]
+    fake.pieces = scripted.plain_words(200)
     fake.delay_s = 0.05
     cookie = _cookie()
 
@@ -464,7 +464,7 @@ def test_stop_or_a_closed_tab_cancels_the_upstream_request_and_keeps_the_partial
 ) -> None:
     frames, answer = _stream_then(action, fake)
     assert answer.status == Answer.Status.STOPPED
-    assert answer.text.startswith(" 조각0 조각1 조각2") and len(answer.text) < len("".join(fake.pieces))
+    assert answer.text.startswith("".join(fake.pieces[:3])) and len(answer.text) < len("".join(fake.pieces))
     assert answer.timings["client"]["ttft_ms"] is not None
     assert fake.disconnected.wait(5), "the HTTP stream to vLLM was not closed"
     if action == "stop":
@@ -477,7 +477,7 @@ def test_a_tab_closed_while_its_question_is_searched_still_leaves_the_answers_ro
     """The row waits for vLLM to be asked; a tab closed before that (during the search) loses nothing:
     the socket reads the close only once the row is written, the answer then stops, and its row keeps
     the question, the search's timings and "stopped"; the request sent to vLLM is closed."""
-    fake.pieces = [f" 조각{n}" for n in range(200)]
+    fake.pieces = scripted.plain_words(200)
     fake.delay_s = 0.05
     searching, release = threading.Event(), threading.Event()
     rows_while_searched: list[int] = []
@@ -880,7 +880,7 @@ async def _frames_until(socket: WebsocketCommunicator, kinds: set[str], timeout:
 def test_a_second_learners_ask_waits_in_line_with_its_position_then_runs_and_times_its_wait_apart(
     fake: scripted.Script, one_slot: Any
 ) -> None:
-    fake.pieces = [f" 조각{n}" for n in range(12)]
+    fake.pieces = scripted.plain_words(12)  # twelve words, never cut as a loop
     fake.delay_s = 0.05  # the first answer holds the engine's one slot for ~0.6 s
     first, second = _cookie("learner1"), _cookie("learner2")
 
@@ -918,7 +918,7 @@ def test_an_ask_beyond_a_full_line_is_refused_at_once_with_a_retry_time_and_noth
     fake: scripted.Script, one_slot: Any
 ) -> None:
     one_slot.CHAT_LINE_MAX = 0  # no line: the engine's one slot, then refusals
-    fake.pieces = [f" 조각{n}" for n in range(12)]
+    fake.pieces = scripted.plain_words(12)  # twelve words, never cut as a loop
     fake.delay_s = 0.05
     first, second = _cookie("learner1"), _cookie("learner2")
 
@@ -951,7 +951,7 @@ def test_an_ask_cancelled_or_closed_while_waiting_gives_its_place_back_and_never
 ) -> None:
     from rag import admission
 
-    fake.pieces = [f" 조각{n}" for n in range(12)]
+    fake.pieces = scripted.plain_words(12)  # twelve words, never cut as a loop
     fake.delay_s = 0.05
     first, second = _cookie("learner1"), _cookie("learner2")
 
