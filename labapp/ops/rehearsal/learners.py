@@ -236,6 +236,7 @@ async def _lab(web: str, browser: Browser, lab: int, question: str, limit_s: flo
 async def _lab_run(web: str, browser: Browser, lab: int, question: str, deadline: float) -> str | None:
     """Post one run, ask a question while it waits, poll until it ends: its last status (None: not made)."""
     learner = browser.learner
+    assert learner.user_id is not None
     ran = await browser.form(f"/labs/{lab}/", f"/labs/{lab}/run/", {"prediction": f"{PREDICTIONS[lab]:g}"})
     if ran is None or ran.status_code != 302:
         learner.errors.append(f"lab {lab} run: {ran.status_code if ran is not None else 'no answer'}")
