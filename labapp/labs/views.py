@@ -88,6 +88,9 @@ def _run_context(request: HttpRequest, number: int, state: LabState) -> dict[str
 @login_required
 def lab_page(request: HttpRequest, number: int) -> HttpResponse:
     lab = _lab(number)
+    # A class watches its lab pages, not /bench/: a run whose worker was killed goes back to its queue
+    # from here too, or every run behind it on that engine waits for it (the rehearsal's worker fault).
+    services.jobs_reap_stale()
     state = states_for([_me(request)], [number])[(_me(request), number)]
     language = translation.get_language() or "ko"
     checked, handed = state.checked_job, state.shown_job if state.submission is not None else None

@@ -375,3 +375,20 @@ def test_the_data_migration_turns_older_job_errors_into_the_one_kept_form_and_ba
     job.refresh_from_db()
     plain.refresh_from_db()
     assert job.error_text == old and plain.error_text == {}
+
+
+@pytest.mark.django_db
+def test_a_lab_page_puts_a_lost_workers_run_back_in_its_queue(engine_url: str, settings: Any) -> None:
+    """A class watches its lab pages, not /bench/: a learner's run whose worker was killed must not stay
+    "running" (and hold every run behind it on that engine) until someone opens a job page. Found by the
+    rehearsal's worker fault (labapp/ops/rehearsal/faults.py): 10 of 24 runs waited to the time limit."""
+    from django.test import Client
+
+    settings.BENCH_STALE_S = 90
+    old = timezone.now() - timedelta(seconds=200)
+    job = new_job(engine_url, status="running", attempts=1, started_at=old, heartbeat_at=old, lab=1)
+    client = Client()
+    client.force_login(job.owner)
+    assert client.get("/labs/1/").status_code == 200
+    job.refresh_from_db()
+    assert job.status == "queued"
