@@ -234,8 +234,13 @@ class Place:
     starts_in_s: float | None
 
     @property
+    def starts_in_sec(self) -> int | None:
+        """Whole seconds, as a page says them under a minute (0: now, the engine is free)."""
+        return None if self.starts_in_s is None else round(self.starts_in_s)
+
+    @property
     def starts_in_min(self) -> int | None:
-        """Whole minutes, as a page says them (0: within half a minute)."""
+        """Whole minutes, as a page says them from a minute on."""
         return None if self.starts_in_s is None else round(self.starts_in_s / 60)
 
 

@@ -101,6 +101,7 @@ def lab_page(request: HttpRequest, number: int) -> HttpResponse:
         "job": state.job,
         "place": pools.place(state.job) if state.job is not None else None,
         "engine_name": engines.name_of(state.job.engine_url) if state.job is not None else "",
+        "checked_engine_name": engines.name_of(checked.engine_url) if checked else "",
         "charts": (
             charts.charts(lab.job_kind, [(f"#{checked.pk}", checked.results)], engine_panels=lab.engine_panels)
             if checked

@@ -192,7 +192,9 @@ def test_the_expected_start_comes_from_the_queues_recent_runs_of_the_same_settin
     assert pools.place(d) == pools.Place(4, None)
     client = Client()
     client.force_login(dan)
-    assert "알 수 없음" in client.get(f"/bench/{d.pk}/").content.decode()
+    page = client.get(f"/bench/{d.pk}/").content.decode()
+    # Dan's own settings have finished runs: the page names what is missing, the time of Cho's run ahead.
+    assert "아직 알 수 없음 (앞선 실행이 얼마나 걸릴지" in page and "이 설정으로" not in page
     # A second measuring engine of the queue: two start at once, and Dan's no longer waits for Cho's.
     Engine.objects.create(name="twin", base_url="http://twin", role="measure")
     found = pools.places(("default", ""))
@@ -202,6 +204,31 @@ def test_the_expected_start_comes_from_the_queues_recent_runs_of_the_same_settin
     assert "곧 시작" in client.get(f"/bench/{a.pk}/").content.decode()
     client.force_login(ben)
     assert "약 2분 뒤 시작" in client.get(f"/bench/{b.pk}/").content.decode()
+
+
+@pytest.mark.django_db
+def test_an_expected_start_under_a_minute_is_said_in_seconds_over_one_in_minutes() -> None:
+    ana, ben, dan = learners("ana", "ben", "dan")
+    now = timezone.now()
+    # Running: one request of four done in 8 s, so 24 s left at its own pace; no finished run like it.
+    waiting(dan, status="running", started_at=now - timedelta(seconds=8), done_requests=1, total_requests=4)
+    a, b = waiting(ana), waiting(ben)
+    found = pools.place(a)
+    assert found is not None and found.position == 1 and found.starts_in_s == pytest.approx(24, abs=1)
+    assert pools.place(b) == pools.Place(2, None)  # Ana's run has no finished run like it to last as long as
+    client = Client()
+    client.force_login(ana)
+    page = client.get(f"/bench/{a.pk}/").content.decode()
+    assert "대기열 1번째" in page and ("약 24초 뒤 시작" in page or "약 23초 뒤 시작" in page)
+    client.post("/i18n/setlang/", {"language": "en", "next": "/"})
+    page = client.get(f"/bench/{a.pk}/").content.decode()
+    assert "number 1 in the queue" in page and "Starts in about 2" in page and " s</span>" in page
+    client.force_login(ben)
+    client.post("/i18n/setlang/", {"language": "en", "next": "/"})
+    assert (
+        "Expected start: not known yet (nothing yet to tell how long the runs ahead"
+        in client.get(f"/bench/{b.pk}/").content.decode()
+    )
 
 
 # --- which engine a job gets ------------------------------------------------------------------
