@@ -294,6 +294,33 @@ def test_redis_restarted_mid_answer_the_answer_completes_with_its_timings_and_ta
     assert_indexed_exactly(document, HANDBOOK.strip())
 
 
+def test_redis_restarted_right_after_tasks_again_and_again_leaves_the_same_worker_consuming(
+    service_faults: ServiceFaults, celery_worker: harness.Service
+) -> None:
+    """Redis killed the moment a task's result is back, while its late ack may still be unsent.
+
+    Celery 5.7.0's worker then died ("Unrecoverable error: AttributeError", closing a connection it had
+    already collected), on the second or third cycle here; a class server would have had no worker until restarted.
+    """
+    from labapp.tasks import ping
+
+    worker = celery_worker.process.pid
+    for cycle in range(6):
+        sent = time.time()
+        assert ping.delay(sent).get(timeout=60)["sent"] == sent
+        service_faults.kill("redis")
+        time.sleep(cycle % 3)  # down for 0, 1 and 2 s: the worker's reconnects back off differently
+        service_faults.restart("redis")
+        sent = time.time()
+        answered, deadline = ping.delay(sent), time.monotonic() + 60
+        while not answered.ready() and celery_worker.process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert celery_worker.process.poll() is None, f"the worker died on cycle {cycle}:\n{celery_worker.log_tail()}"
+        assert answered.get(timeout=60)["sent"] == sent, f"cycle {cycle}"
+    assert celery_worker.process.poll() is None and celery_worker.process.pid == worker
+    assert "Unrecoverable" not in celery_worker.log_tail(400)
+
+
 # --- ingestion interrupted ----------------------------------------------------------------------------
 
 
