@@ -102,6 +102,17 @@ VARIABLES: dict[str, Variable] = {
             "CHAT_MAX_CONCURRENT_PER_USER", "4", "chat: answers one user may have streaming at once, in all their tabs"
         ),
         Variable(
+            "CHAT_SLOTS_PER_ENGINE",
+            "4",
+            "chat admission: answers in flight per engine; one more waits in line (rag.admission says why 4)",
+        ),
+        Variable("CHAT_LINE_MAX", "30", "chat admission: asks that may wait in line per engine; one more is refused"),
+        Variable(
+            "CHAT_WAIT_MAX_S",
+            "90",
+            "chat admission: an ask whose expected wait is longer is refused at once with a retry time",
+        ),
+        Variable(
             "BENCH_MAX_ACTIVE_JOBS_PER_USER",
             "3",
             "benchmark page: queued + running jobs one user may have; one more is refused until one ends",

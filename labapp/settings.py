@@ -197,6 +197,12 @@ EMBEDDING_BACKEND = env_choice("EMBEDDING_BACKEND", ("auto", "onnx", "torch"))
 CHAT_TIMEOUT_S = env_int("CHAT_TIMEOUT_S", minimum=1, maximum=3600)
 BENCH_STALE_S = env_int("BENCH_STALE_S", minimum=3, maximum=86400)
 CHAT_MAX_CONCURRENT_PER_USER = env_int("CHAT_MAX_CONCURRENT_PER_USER", minimum=1, maximum=1000)
+# Chat admission (rag.admission): answers in flight per engine, the line behind them, the longest wait
+# offered; counted in the stack's Redis, shared by every web process ("" : in each process).
+CHAT_SLOTS_PER_ENGINE = env_int("CHAT_SLOTS_PER_ENGINE", minimum=1, maximum=4096)
+CHAT_LINE_MAX = env_int("CHAT_LINE_MAX", minimum=0, maximum=100_000)
+CHAT_WAIT_MAX_S = env_int("CHAT_WAIT_MAX_S", minimum=1, maximum=3600)
+CHAT_ADMISSION_REDIS_URL = REDIS_URL
 BENCH_MAX_ACTIVE_JOBS_PER_USER = env_int("BENCH_MAX_ACTIVE_JOBS_PER_USER", minimum=1, maximum=1000)
 DOCUMENTS_MAX_PER_USER = env_int("DOCUMENTS_MAX_PER_USER", minimum=1, maximum=10_000)
 DOCUMENTS_MAX_MB_PER_USER = env_int("DOCUMENTS_MAX_MB_PER_USER", minimum=1, maximum=100_000)

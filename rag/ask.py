@@ -34,7 +34,7 @@ from django.utils import translation
 from django.utils.translation import gettext as _
 
 from labapp import request_numbers, said
-from rag import access, chat, conversations, prompting, retrieval
+from rag import access, admission, chat, conversations, prompting, retrieval
 from rag.models import Answer
 
 log = logging.getLogger(__name__)
@@ -67,7 +67,12 @@ def session_of(user: AbstractBaseUser) -> str:
 
 
 class Refused(Exception):
-    """What is wrong with an ask, in the learner's words; nothing of it is saved or streamed."""
+    """What is wrong with an ask, in the learner's words; nothing of it is saved or streamed.
+    ``place``: refused by the chat's admission (``rag.admission``): why, and when to ask again."""
+
+    def __init__(self, message: str, place: admission.Place | None = None) -> None:
+        super().__init__(message)
+        self.place = place
 
 
 # Where questions are searched: not the one thread Channels keeps for the ORM, so a search never waits
@@ -154,6 +159,9 @@ class Ask:
     picking: asyncio.Future[None]  # the engine picked: run.engine is set once this is done
     saving: asyncio.Future[Answer]
     task: asyncio.Task[None]
+    # "held" once the answer has its slot at the engine (or ended before admission), "waiting" while it
+    # waits in line; ``Refused`` when the admission turned it away (``rag.admission``).
+    admitting: asyncio.Future[str]
 
     def __init__(
         self,
@@ -172,6 +180,9 @@ class Ask:
         self.engine_of, self.speeds, self.on_end = engine_of, speeds, on_end
         self.most = int(settings.CHAT_MAX_CONCURRENT_PER_USER)
         self.frames = _HeldFrames(lambda frame: send_json(frame | {"id": client_id}))
+        self.send_json = send_json  # the line's frames go straight out, never held (``_send_now``)
+        self.gate = admission.gate
+        self.refusal: Refused | None = None
         self.conversation_id: int | None = None
         self.parent_id: int | None = None
 
@@ -226,8 +237,14 @@ class Ask:
         self.retrieving = asyncio.ensure_future(chat.retrieved(self.run, self.searching))
         self.picking = asyncio.ensure_future(self._pick_engine())
         self.saving = asyncio.ensure_future(self._save_when_asked())
+        self.admitting = asyncio.get_running_loop().create_future()
         self.task = asyncio.create_task(self._answer())
         return self.task
+
+    async def admitted(self) -> str:
+        """Once the admission has decided: "held" (the answer runs now) or "waiting" (in line; the
+        "queued" frames say where); ``Refused`` with the retry time when it was turned away."""
+        return await asyncio.shield(self.admitting)
 
     def stop(self) -> asyncio.Task[None]:
         """Stop: cancelling the task closes the HTTP stream to vLLM, which aborts the request; the
@@ -239,8 +256,11 @@ class Ask:
         self.run.engine = await database_sync_to_async(self.engine_of, thread_sensitive=False)()
 
     async def _save_when_asked(self) -> Answer:
-        """The answer's row, written once vLLM is asked (or the answer ended before asking)."""
+        """The answer's row, written once vLLM is asked (or the answer ended before asking); none for an
+        ask the admission refused (the learner was told at once, nothing was asked)."""
         await self.run.asked.wait()
+        if self.refusal is not None:
+            raise self.refusal
         answer: Answer = await database_sync_to_async(self._write_row)()
         return answer
 
@@ -260,6 +280,9 @@ class Ask:
         conversation that is not the learner's) stops the answer and the request sent to vLLM."""
         try:
             answer = await self.saving
+        except Refused:
+            self.task.cancel()
+            raise
         except (conversations.NotFound, conversations.TooMany) as exc:
             self.task.cancel()  # its held frames are dropped
             raise Refused(str(exc)) from exc
@@ -293,20 +316,75 @@ class Ask:
         the estimate, and finish: done, failed (``fail``) or stopped (cancelled)."""
         run = self.run
         status = Answer.Status.FAILED
+        ticket: admission.Ticket | None = None
+        keeping: asyncio.Task[None] | None = None
+        held_at: float | None = None
         try:
             with translation.override(self.language):
                 await self.picking
+                ticket = self.gate.ticket(run.engine.request_url, int(self.user.pk))
+                await self._admit(ticket)
+                held_at = time.perf_counter()
+                keeping = asyncio.create_task(self.gate.keep(ticket))
                 await chat.answer_run(run, self.frames.send, self.retrieving)
             status = Answer.Status.FAILED if run.error else Answer.Status.DONE
         except asyncio.CancelledError:
             status = Answer.Status.STOPPED
+            if held_at is None and run.queue is not None:
+                with translation.override(self.language):
+                    queue_cancelled(run)
+        except Refused:
+            pass  # the admission's refusal: the learner was told at once; no row, nothing asked
         except Exception as exc:
             self.fail(exc)
         finally:
+            if keeping is not None:
+                keeping.cancel()
+            if ticket is not None:  # every way out gives the place back (a killed process: its lease ends)
+                took = None if held_at is None else time.perf_counter() - held_at
+                await asyncio.shield(self.gate.leave(ticket, took))
+            if not self.admitting.done():
+                self.admitting.set_result("held")  # ended before the admission: the row says how
             run.asked.set()  # an answer that ended before asking vLLM still gets its row
             self._discard_retrieval()
             self.on_end()
             await asyncio.shield(self._estimate_then_finish(status))
+
+    async def _admit(self, ticket: admission.Ticket) -> None:
+        """A slot at the engine for this answer: at once, or after waiting in line (each new position
+        and wait sent as a "queued" frame, then "admitted"); ``Refused`` at once when the line is full
+        or the wait too long, with when to ask again."""
+        run = self.run
+        place = await self.gate.enter(ticket)
+        if place.state == "waiting":
+            run.queue = {"position": place.position, "slots": place.slots, "wait_ms": None}
+            queued_at = time.perf_counter()
+            self.admitting.set_result("waiting")
+            place = await self.gate.wait(ticket, place, self._tell_place)
+            if place.state == "held":
+                waited = time.perf_counter() - queued_at
+                run.queue["wait_ms"] = round(waited * 1000, 1)
+                run.queued_s = waited
+                await self._send_now({"type": "admitted", "waited_ms": run.queue["wait_ms"]})
+        if place.state == "refused":
+            self.refusal = Refused(_refusal(place), place)
+            if not self.admitting.done():
+                self.admitting.set_exception(self.refusal)
+                self.admitting.exception()  # read here: the consumer may already have stopped listening
+            else:  # refused while waiting (its place was lost and the line is full now)
+                await self._send_now(refused_frame(self.refusal))
+            raise self.refusal
+        run.mark("admitted")
+        if not self.admitting.done():
+            self.admitting.set_result("held")
+
+    async def _tell_place(self, place: admission.Place) -> None:
+        wait_s = None if place.wait_s is None else round(place.wait_s)
+        await self._send_now({"type": "queued", "position": place.position, "wait_s": wait_s, "slots": place.slots})
+
+    async def _send_now(self, frame: Frame) -> None:
+        with contextlib.suppress(Exception):  # the socket may be gone (closed tab): its answer is cancelled
+            await self.send_json(frame | {"id": self.client_id})
 
     async def _estimate_then_finish(self, status: Answer.Status) -> None:
         """The estimate, after the stream so it never delays the first token, for a stopped answer
@@ -349,6 +427,37 @@ class Ask:
         )
         with contextlib.suppress(Exception):  # the socket may be gone (closed tab)
             await self.frames.send({"type": "done", "answer": conversations.answer_payload(saved)})
+
+
+def _refusal(place: admission.Place) -> str:
+    """Why the admission turned an ask away, and when to ask again, in the learner's words."""
+    if place.reason == "mine":
+        return _(
+            "기다리거나 답변 중인 질문이 이미 %(most)d개입니다 (한 사람이 동시에 %(most)d개까지). "
+            "하나가 끝나면 다시 물어보세요."
+        ) % {"most": int(settings.CHAT_MAX_CONCURRENT_PER_USER)}
+    if place.reason == "slow":
+        return _(
+            "지금은 엔진이 바빠서 약 %(wait)d초를 기다려야 합니다 (%(most)d초까지만 기다리게 합니다). "
+            "%(retry)d초 후에 다시 물어보세요."
+        ) % {"wait": round(place.wait_s or 0), "most": int(settings.CHAT_WAIT_MAX_S), "retry": place.retry_s}
+    return _("대기 줄이 꽉 찼습니다 (엔진마다 %(line)d명까지). %(retry)d초 후에 다시 물어보세요.") % {
+        "line": int(settings.CHAT_LINE_MAX),
+        "retry": place.retry_s,
+    }
+
+
+def queue_cancelled(run: chat.AnswerRun) -> None:
+    """The notice of an answer stopped (or its tab closed) while it waited in the admission's line:
+    saved with the answer (its msgid: ``labapp.said``), whose card says why it has no text."""
+    run.notice("queue_cancelled", said.gettext("차례를 기다리다가 취소했습니다. vLLM에는 보내지 않았습니다."))
+
+
+def refused_frame(exc: Refused) -> Frame:
+    """The frame for an ask the admission refused: the message, why, and the seconds until asking again."""
+    place = exc.place
+    assert place is not None
+    return {"type": "refused", "error": str(exc), "reason": place.reason, "retry_s": place.retry_s}
 
 
 async def browser_timing(*, user: AbstractBaseUser, content: Frame) -> Frame:

@@ -97,6 +97,10 @@ class AnswerRun:
     session: str = ""
     # ms since the question arrived at each step (checked, searched, retrieved, prompt, sent; then saved)
     steps: dict[str, float] = field(default_factory=dict)
+    # The chat admission's line (``rag.admission``), when the answer waited in it: its first position,
+    # the engine's slots and how long it waited (ms; None until admitted). None: a slot was free at once.
+    queue: dict[str, Any] | None = None
+    queued_s: float = 0.0  # seconds waited in line: apart from the chat's own steps (``prep_ms``) and TTFT
     # Set once vLLM is asked (or the answer ended without asking): the answer's row is written only
     # then, so that the database write never shares the CPU with the steps before the request.
     asked: asyncio.Event = field(default_factory=asyncio.Event, repr=False, compare=False)
@@ -124,7 +128,12 @@ class AnswerRun:
             "embed_ms": None if self.embed_ms is None else round(self.embed_ms, 1),
             "search_ms": None if self.search_ms is None else round(self.search_ms, 1),
             "dense_skipped": self.dense_skipped,
-            "prep_ms": self.ms_since_received(self.sent_at),  # question received → request sent
+            # question received → request sent, the wait in the admission's line left out (it is its own row)
+            "prep_ms": None
+            if self.sent_at is None
+            else round((self.sent_at - self.received_at - self.queued_s) * 1000, 1),
+            "queue_wait_ms": None if self.queue is None else self.queue["wait_ms"],  # None: not queued
+            "queue": self.queue,
             "steps": self.steps,
             "client": {
                 "ttft_ms": ms(r.ttft),

@@ -6,7 +6,9 @@ Frames from the browser (JSON objects):
   {"type": "stop", "id": "<client id>"}
   {"type": "client_timing", "answer_id": N, "first_token_ms": x, "done_ms": y}
 Frames to the browser carry the client id: started (with the engine that answers: the one
-picked on the engines page), retrieval, prompt, token, done (with the saved answer), error;
+picked on the engines page), retrieval, prompt, token, done (with the saved answer), error; and,
+when the chat's engine is full (``rag.admission``): queued (position, expected wait in s, slots) as
+the line moves, admitted (waited_ms) when its turn comes, or refused (error, reason, retry_s) at once;
 a bad frame gets an error frame and the socket stays open. Signing out, and every event that
 ends the user's sessions, closes the socket; every frame is refused (the socket closed) once its
 session is no longer valid, and an idle socket finds out within ``SOCKET_SESSION_RECHECK_S``; a
@@ -16,6 +18,7 @@ user who must change a temporary password gets none (labapp.sockets).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import re
@@ -28,7 +31,7 @@ from django.utils.translation import gettext as _
 
 from labapp import sockets
 from rag import embeddings, lexical
-from rag.ask import Ask, EngineOf, Refused, SpeedsOf, browser_timing, configured_engine, no_speeds
+from rag.ask import Ask, EngineOf, Refused, SpeedsOf, browser_timing, configured_engine, no_speeds, refused_frame
 
 CLOSE_UNAUTHENTICATED = 4401
 MAX_FRAME_BYTES = 64 * 1024
@@ -46,6 +49,7 @@ class ChatConsumer(sockets.SessionSocket):
         super().__init__(*args, **kwargs)
         self.speeds, self.engine_of = speeds, engine  # bench's, passed by the project's routing (rag.ask)
         self.in_flight: dict[str, Ask] = {}  # the answers this socket is streaming, by client id
+        self._saving: set[asyncio.Task[None]] = set()  # rows of answers that waited in line, being written
 
     async def connect(self) -> None:
         self.user = self.scope.get("user")
@@ -139,8 +143,28 @@ class ChatConsumer(sockets.SessionSocket):
             await ask.check(content)
             ask.answer()
             self.in_flight[client_id] = ask
+            if await ask.admitted() == "waiting":
+                # In the admission's line: its place counts against the learner's limit already, and
+                # this socket goes on reading frames (a "stop" cancels the wait); the row follows.
+                self._saving.add(saving := asyncio.create_task(self._save(ask, client_id)))
+                saving.add_done_callback(self._saving.discard)
+                return
             # Until the row is written, this socket reads no other frame: its next ask is checked
             # against this answer's row, so asks sent at once cannot pass the limit together.
             await ask.save()
         except Refused as exc:
+            await self._refused(exc, client_id)
+
+    async def _save(self, ask: Ask, client_id: str) -> None:
+        """The row of an answer that waited in line, written once it is admitted and vLLM asked."""
+        try:
+            await ask.save()
+        except Refused as exc:
+            with translation.override(self.language), contextlib.suppress(Exception):  # the socket may be gone
+                await self._refused(exc, client_id)
+
+    async def _refused(self, exc: Refused, client_id: str) -> None:
+        if exc.place is None:
             await self._error(str(exc), client_id)
+        else:  # the admission's: a "refused" frame with the seconds until asking again
+            await self.send_json(refused_frame(exc) | {"id": client_id})

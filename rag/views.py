@@ -69,10 +69,29 @@ def chat_labels() -> dict[str, Any]:
             "settings_brief": _("짧게 답하기"),
             "settings_temperature": _("온도"),
         }
+        | _admission_labels()
         | _card_labels()
         | _missing_labels()
         | {"details": details_layout()}
     )
+
+
+def _admission_labels() -> dict[str, str]:
+    """The words of an ask that waits its turn or is refused by the chat's admission (rag.admission)."""
+    return {
+        "waiting": _("차례를 기다리는 중"),
+        "cancel_wait": _("대기 취소"),
+        "queue_position": _("대기 {position}번째"),
+        "queue_wait": _("예상 대기 약 {seconds}초"),
+        "queue_wait_unknown": _("예상 대기 시간은 이 엔진에서 답이 하나 끝나면 알 수 있습니다"),
+        "queue_slots": _("엔진이 한 번에 {slots}개 답변을 만듭니다. 차례가 오면 바로 시작합니다."),
+        "admitted": _("{seconds}초 기다린 뒤 시작"),
+        "admission_wait_help": _("엔진이 꽉 차서 이 앱의 줄에서 차례를 기다린 시간. TTFT와 따로 셉니다."),
+        "admission_none": _("기다리지 않음"),
+        "refused": _("거절됨: 지금은 받을 수 없음"),
+        "retry_in": _("다시 묻기 ({seconds}초 후)"),
+        "retry_now": _("다시 묻기"),
+    }
 
 
 def _missing_labels() -> dict[str, str]:
@@ -147,7 +166,8 @@ def details_layout() -> dict[str, dict[str, Any]]:
                 _("이 앱의 단계와 계산"),
                 [
                     ("retrieval_split", _("검색 세부")),
-                    ("prep", _("질문 수신 → vLLM 요청")),
+                    ("admission_wait", _("차례 대기 (이 앱의 줄)")),
+                    ("prep", _("질문 수신 → vLLM 요청 (차례 대기 빼고)")),
                     ("estimate", _("추정기 예측")),
                     ("websocket", _("웹소켓 오버헤드")),
                 ],

@@ -94,3 +94,4 @@ else:
     # that need Redis's shared count name the run's Redis themselves (tests/site/test_signup_limits.py).
     # The web servers the run starts share the run's Redis, as a class server's do.
     SIGNUP_LIMITS_REDIS_URL = ""
+    CHAT_ADMISSION_REDIS_URL = ""  # likewise the chat admission (tests/rag/test_admission.py names it)

@@ -183,10 +183,11 @@ def test_the_answers_row_is_written_only_after_the_search_and_each_step_before_v
     answer = aio.run(go())[-1]["answer"]
     assert answer["status"] == "done"
     steps = answer["timings"]["steps"]
-    assert set(steps) == {"checked", "saved", "searched", "retrieved", "prompt", "sent"}
+    assert set(steps) == {"checked", "admitted", "saved", "searched", "retrieved", "prompt", "sent"}
     assert write_began_after_search == [True], "the answer's row was written while its question was searched"
     assert steps["checked"] <= steps["searched"] <= steps["retrieved"] <= steps["prompt"] <= steps["sent"]
-    assert steps["sent"] <= steps["saved"]
+    assert steps["checked"] <= steps["admitted"] <= steps["sent"] <= steps["saved"]  # a free slot: no wait
+    assert answer["timings"]["queue_wait_ms"] is None
     assert steps["sent"] == pytest.approx(answer["timings"]["prep_ms"], abs=0.2)
 
 
@@ -431,7 +432,7 @@ def test_an_unauthenticated_socket_or_a_foreign_origin_is_refused_before_any_wor
 
 
 def _stream_then(action: str, fake: scripted.Script) -> tuple[list[dict[str, Any]], Answer]:
-    fake.pieces = [f" 조각{n}" for n in range(200)]
+    fake.pieces = scripted.plain_words(200)
     fake.delay_s = 0.05
     cookie = _cookie()
 
@@ -463,7 +464,7 @@ def test_stop_or_a_closed_tab_cancels_the_upstream_request_and_keeps_the_partial
 ) -> None:
     frames, answer = _stream_then(action, fake)
     assert answer.status == Answer.Status.STOPPED
-    assert answer.text.startswith(" 조각0 조각1 조각2") and len(answer.text) < len("".join(fake.pieces))
+    assert answer.text.startswith("".join(fake.pieces[:3])) and len(answer.text) < len("".join(fake.pieces))
     assert answer.timings["client"]["ttft_ms"] is not None
     assert fake.disconnected.wait(5), "the HTTP stream to vLLM was not closed"
     if action == "stop":
@@ -476,7 +477,7 @@ def test_a_tab_closed_while_its_question_is_searched_still_leaves_the_answers_ro
     """The row waits for vLLM to be asked; a tab closed before that (during the search) loses nothing:
     the socket reads the close only once the row is written, the answer then stops, and its row keeps
     the question, the search's timings and "stopped"; the request sent to vLLM is closed."""
-    fake.pieces = [f" 조각{n}" for n in range(200)]
+    fake.pieces = scripted.plain_words(200)
     fake.delay_s = 0.05
     searching, release = threading.Event(), threading.Event()
     rows_while_searched: list[int] = []
@@ -852,3 +853,133 @@ def test_an_id_in_a_frame_is_a_json_whole_number_within_request_numbers_bounds(b
     assert ask._optional_id(7, "conversation") == 7 and ask._optional_id(None, "parent") is None
     with pytest.raises(prompting.SettingsError, match="conversation"):
         ask._optional_id(bad, "conversation")
+
+
+# --- the chat admission (rag/admission.py): a full engine queues or refuses, never goes silent ---------------
+
+
+@pytest.fixture
+def one_slot(settings: Any) -> Any:
+    """One answer at a time on the engine, the line as configured per test; a fresh count per test."""
+    from rag import admission
+
+    settings.CHAT_SLOTS_PER_ENGINE = 1
+    settings.CHAT_LINE_MAX = 5
+    settings.CHAT_WAIT_MAX_S = 90
+    admission.gate.local = admission.LocalStore()
+    return settings
+
+
+async def _frames_until(socket: WebsocketCommunicator, kinds: set[str], timeout: float = 10) -> list[dict[str, Any]]:
+    frames: list[dict[str, Any]] = []
+    while not frames or frames[-1]["type"] not in kinds:
+        frames.append(await socket.receive_json_from(timeout=timeout))
+    return frames
+
+
+def test_a_second_learners_ask_waits_in_line_with_its_position_then_runs_and_times_its_wait_apart(
+    fake: scripted.Script, one_slot: Any
+) -> None:
+    fake.pieces = scripted.plain_words(12)  # twelve words, never cut as a loop
+    fake.delay_s = 0.05  # the first answer holds the engine's one slot for ~0.6 s
+    first, second = _cookie("learner1"), _cookie("learner2")
+
+    async def go() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        one, two = _socket(first), _socket(second)
+        assert (await one.connect())[0] and (await two.connect())[0]
+        await one.send_json_to(_ask() | {"id": "a1"})
+        assert (await one.receive_json_from(timeout=5))["type"] == "started"
+        await two.send_json_to(_ask("디코드란?") | {"id": "b1"})
+        second_frames = await _until_done(two)
+        first_frames = await _until_done(one)
+        await one.disconnect()
+        await two.disconnect()
+        return first_frames, second_frames
+
+    first_frames, second_frames = aio.run(go())
+    kinds = [f["type"] for f in second_frames]
+    assert kinds[0] == "queued" and kinds[-1] == "done", kinds
+    assert second_frames[0] == {"type": "queued", "id": "b1", "position": 1, "wait_s": None, "slots": 1}
+    assert kinds.index("admitted") < kinds.index("started") < kinds.index("token")
+    assert first_frames[-1]["answer"]["status"] == "done" and second_frames[-1]["answer"]["status"] == "done"
+    # The second answer started only once the first was done: one answer on the engine at a time.
+    assert len(fake.requests) == 2
+    waited = second_frames[-1]["answer"]["timings"]
+    assert waited["queue"]["position"] == 1 and waited["queue_wait_ms"] >= 100
+    assert waited["queue_wait_ms"] == next(f for f in second_frames if f["type"] == "admitted")["waited_ms"]
+    # The wait is its own row: the chat's own steps and the client's TTFT leave it out.
+    assert waited["steps"]["sent"] == pytest.approx(waited["prep_ms"] + waited["queue_wait_ms"], abs=1)
+    assert waited["client"]["ttft_ms"] < waited["queue_wait_ms"]  # the scripted engine answers at once
+    assert waited["steps"]["admitted"] >= waited["queue_wait_ms"]
+    assert first_frames[-1]["answer"]["timings"]["queue_wait_ms"] is None
+
+
+def test_an_ask_beyond_a_full_line_is_refused_at_once_with_a_retry_time_and_nothing_is_saved(
+    fake: scripted.Script, one_slot: Any
+) -> None:
+    one_slot.CHAT_LINE_MAX = 0  # no line: the engine's one slot, then refusals
+    fake.pieces = scripted.plain_words(12)  # twelve words, never cut as a loop
+    fake.delay_s = 0.05
+    first, second = _cookie("learner1"), _cookie("learner2")
+
+    async def go() -> tuple[list[dict[str, Any]], float]:
+        one, two = _socket(first), _socket(second)
+        assert (await one.connect())[0] and (await two.connect())[0]
+        await one.send_json_to(_ask() | {"id": "a1"})
+        assert (await one.receive_json_from(timeout=5))["type"] == "started"
+        sent = time.monotonic()
+        await two.send_json_to(_ask("디코드란?") | {"id": "b1"})
+        refused = [await two.receive_json_from(timeout=5)]
+        took = time.monotonic() - sent
+        await _until_done(one)
+        assert await two.receive_nothing(timeout=0.2)
+        await one.disconnect()
+        await two.disconnect()
+        return refused, took
+
+    (refused,), took = aio.run(go())
+    assert took < 2, "the refusal was not at once"
+    assert refused["type"] == "refused" and refused["id"] == "b1" and refused["reason"] == "full"
+    assert refused["retry_s"] >= 1
+    assert refused["error"] == f"대기 줄이 꽉 찼습니다 (엔진마다 0명까지). {refused['retry_s']}초 후에 다시 물어보세요."
+    assert Answer.objects.count() == 1 and len(fake.requests) == 1
+
+
+@pytest.mark.parametrize("action", ["stop", "close"])
+def test_an_ask_cancelled_or_closed_while_waiting_gives_its_place_back_and_never_reaches_vllm(
+    fake: scripted.Script, one_slot: Any, action: str
+) -> None:
+    from rag import admission
+
+    fake.pieces = scripted.plain_words(12)  # twelve words, never cut as a loop
+    fake.delay_s = 0.05
+    first, second = _cookie("learner1"), _cookie("learner2")
+
+    async def go() -> list[dict[str, Any]]:
+        one, two = _socket(first), _socket(second)
+        assert (await one.connect())[0] and (await two.connect())[0]
+        await one.send_json_to(_ask() | {"id": "a1"})
+        assert (await one.receive_json_from(timeout=5))["type"] == "started"
+        await two.send_json_to(_ask("디코드란?") | {"id": "b1"})
+        assert (await two.receive_json_from(timeout=5))["type"] == "queued"
+        frames: list[dict[str, Any]] = []
+        if action == "stop":
+            await two.send_json_to({"type": "stop", "id": "b1"})
+            frames = await _until_done(two)
+        await two.disconnect()
+        await _until_done(one)
+        await one.disconnect()
+        return frames
+
+    frames = aio.run(go())
+    deadline = time.monotonic() + 5
+    while Answer.objects.filter(status=Answer.Status.STREAMING).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(fake.requests) == 1, "the cancelled ask reached vLLM"
+    cancelled = Answer.objects.get(question="디코드란?")
+    assert cancelled.status == Answer.Status.STOPPED and cancelled.text == ""
+    assert "queue_cancelled" in [n["code"] for n in cancelled.timings["notices"]]
+    if action == "stop":
+        assert frames[-1]["type"] == "done" and frames[-1]["answer"]["status"] == "stopped"
+    engine = admission.gate.local.engines[settings.VLLM_BASE_URL.rstrip("/")]
+    assert not engine.held and not engine.line, "a place was not given back"

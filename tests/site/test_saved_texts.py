@@ -297,6 +297,19 @@ def answer_notices(world: World) -> Read:
     return read
 
 
+def answer_cancelled_while_waiting_its_turn(world: World) -> Read:
+    """An answer stopped while it waited in the chat admission's line: its notice."""
+    waited = _run(world)
+    with translation.override("ko"):
+        ask.queue_cancelled(waited)
+    pk = _answer_saved(world, waited)
+
+    def read() -> list[str]:
+        return [n["message"] for n in conversations.answer_payload(Answer.objects.get(pk=pk))["timings"]["notices"]]
+
+    return read
+
+
 def engine_probe_that_failed(world: World) -> Read:
     Engine.objects.create(name="꺼진 엔진", base_url=DEAD, added_by=world.instructor)
     with translation.override("ko"):
@@ -328,6 +341,7 @@ CASES = [
     Case("answer the engine refused", ("rag/chat.py:answer_run",), answer_the_engine_refused),
     Case("answer failed on an exception", ("rag/ask.py:fail",), answer_failed_on_an_exception),
     Case("answer notices", ("rag/conversations.py:answer_finish",), answer_notices),
+    Case("answer cancelled in line", ("rag/conversations.py:answer_finish",), answer_cancelled_while_waiting_its_turn),
     Case("engine probe that failed", ("bench/engines.py:probe",), engine_probe_that_failed),
 ]
 # Every answer's error and notices are saved in one place, whichever case made them.

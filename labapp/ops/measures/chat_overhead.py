@@ -200,7 +200,11 @@ async def measure(options: dict[str, Any]) -> dict[str, Any]:
                     "client": t["client"]["ttft_ms"],
                     "socket": chat_ttft - t["server_first_token_ms"],
                     # first text chunk read by our client -> its token frame handed to the socket
-                    "forward": t["server_first_token_ms"] - t["prep_ms"] - t["client"]["ttft_ms"],
+                    # (a wait in the chat admission's line is in neither prep nor TTFT: taken out)
+                    "forward": t["server_first_token_ms"]
+                    - t["prep_ms"]
+                    - (t.get("queue_wait_ms") or 0.0)
+                    - t["client"]["ttft_ms"],
                     **{f"step_{name}": ms for name, ms in (t.get("steps") or {}).items()},
                     "server": (t["server"]["queue_ms"] or 0.0) + (t["server"]["prefill_ms"] or 0.0),
                     "direct_server": 1000 * ((direct.queue_time_server or 0.0) + (direct.prefill_time_server or 0.0)),

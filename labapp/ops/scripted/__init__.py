@@ -52,7 +52,7 @@ lateness and receive path.
 
 from labapp.ops.scripted.prefix_cache import PrefixCache
 from labapp.ops.scripted.run import ThreadedServer, main, raise_open_file_limit, serve, spawn
-from labapp.ops.scripted.script import REQUEST_METRICS, Script, Stats
+from labapp.ops.scripted.script import REQUEST_METRICS, Script, Stats, plain_words
 from labapp.ops.scripted.server import READY_LINE, ScriptedServer, run_server
 
 __all__ = [
@@ -64,6 +64,7 @@ __all__ = [
     "Stats",
     "ThreadedServer",
     "main",
+    "plain_words",
     "raise_open_file_limit",
     "run_server",
     "serve",

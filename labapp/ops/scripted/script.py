@@ -14,6 +14,13 @@ from labapp.ops.scripted.prefix_cache import PrefixCache
 REQUEST_METRICS = {"queue_time_ms": 1.5, "time_to_first_token_ms": 20.0, "generation_time_ms": 30.0}
 
 
+def plain_words(count: int) -> list[str]:
+    """``count`` pieces, each a different two-syllable word with no digit: an answer that lasts
+    ``count × delay_s``. A counted one (" 조각0 조각1 조각2 …") does not: the chat's repeat guard
+    (``rag.answer_guard``, "pattern") cuts it as a base model's counted loop after six pieces."""
+    return [f" {chr(0xAC00 + (n * 389 + 17) % 11172)}{chr(0xAC00 + (n * 613 + 1021) % 11172)}" for n in range(count)]
+
+
 @dataclass
 class Script:
     """What the server answers and how fast. Read at every request: a test may change it mid-run."""

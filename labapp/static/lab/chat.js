@@ -47,7 +47,10 @@
     const actions = el("div", { class: "actions" });
     const stop = el("button", { type: "button", class: "stop" }, L.stop);
     const again = el("button", { type: "button", class: "again", hidden: "" }, L.ask_again);
-    actions.append(stop, again, el("span", { class: "status" }, L.retrieving));
+    const retry = el("button", { type: "button", class: "retry", hidden: "" }, L.retry_now);
+    actions.append(stop, again, retry, el("span", { class: "status" }, L.retrieving));
+    // The chat admission's line (rag/admission.py): position and expected wait, read out as they change.
+    const line = el("p", { class: "queue-state", role: "status", "aria-live": "polite", hidden: "" });
     const panel = el("section", { class: "panel", "aria-label": L.panel });
     const bar = el("div", { class: "bar", role: "img", "aria-label": L.bar_help });
     for (const part of PARTS) bar.append(el("span", { class: "seg seg-" + part, title: L[part] }));
@@ -74,7 +77,7 @@
     sources.append(el("summary", {}, L.sources), el("p", { class: "relevance-help muted" }, L.relevance_help), el("ol"));
     const prompt = el("details", { class: "prompt" });
     prompt.append(el("summary", {}, L.prompt), el("pre"));
-    article.append(header, el("ul", { class: "notices" }), el("div", { class: "text" }), el("p", { class: "error", role: "alert" }),
+    article.append(header, line, el("ul", { class: "notices" }), el("div", { class: "text" }), el("p", { class: "error", role: "alert" }),
       actions, panel, sources, prompt);
     article._settings = settings;
     article._question = question;
@@ -159,6 +162,7 @@
       finish_reason: reason + (t.api ? ` · ${L["api_" + t.api]}` : ""),
       retrieval_split: t.dense_skipped ? `${L.embed_skipped} + ${L.search} ${ms(t.search_ms)}`
         : has(t.search_ms) ? `${L.embed} ${ms(t.embed_ms)} + ${L.search} ${ms(t.search_ms)}` : "—",
+      admission_wait: admissionWait(t, x),
       prep: ms(t.prep_ms),
       estimate: e ? `${num(e.prefill_s, 2)} s + ${num(e.decode_s, 2)} s = ${num(e.total_s, 2)} s (${L.measured} ${num(e.measured_s, 2)} s) — ` +
         `${has(e.basis_job) ? L.basis_lab1.replace("{id}", e.basis_job) : e.basis}: ` +
@@ -183,7 +187,7 @@
     return L["estimate_" + state] || "—";
   }
 
-  const HELP = { prefill_server: "prefill_help", ttft: "prefill_help", decode_server: "decode_help", decode_client: "decode_help", websocket: "websocket_help" };
+  const HELP = { admission_wait: "admission_wait_help", prefill_server: "prefill_help", ttft: "prefill_help", decode_server: "decode_help", decode_client: "decode_help", websocket: "websocket_help" };
 
   function drawMore(article, t, x) {
     const table = article.querySelector("table.timing");
@@ -201,6 +205,12 @@
       }
       table.append(body);
     }
+  }
+
+  // The wait in the admission's line: its own row, never part of TTFT (docs/metrics.md).
+  function admissionWait(t, x) {
+    if (x.waitingLive) return x.waitingLive;
+    return has(t.queue_wait_ms) ? ms(t.queue_wait_ms) : L.admission_none;
   }
 
   function drawBar(article, t, x, prefill) {
@@ -279,8 +289,10 @@
     if (!st) return;
     const now = performance.now();
     const x = { streaming: true };
-    if (st.firstAt === null) {
-      x.ttftLive = `${L.prefilling} ${((now - st.sentAt) / 1000).toFixed(1)} s`;
+    if (st.waiting) {
+      x.waitingLive = `${L.waiting} ${((now - st.sentAt) / 1000).toFixed(1)} s`;
+    } else if (st.firstAt === null) {
+      x.ttftLive = `${L.prefilling} ${((now - (st.admittedAt || st.sentAt)) / 1000).toFixed(1)} s`;
       x.prefillMs = now - (st.promptAt || now);
     } else {
       const decodeMs = now - st.firstAt;
@@ -307,8 +319,66 @@
     socket.onmessage = (event) => receive(JSON.parse(event.data));
   }
 
+  // The admission's frames: waiting in line (position, expected wait), admitted, or refused at once.
+  function queued(st, m) {
+    const article = st.article;
+    st.waiting = true;
+    article.dataset.status = "queued";
+    article.querySelector(".status").textContent = L.waiting;
+    article.querySelector(".stop").textContent = L.cancel_wait;
+    const line = article.querySelector(".queue-state");
+    const wait = m.wait_s === null || m.wait_s === undefined ? L.queue_wait_unknown : L.queue_wait.replace("{seconds}", m.wait_s);
+    line.textContent = `${L.queue_position.replace("{position}", m.position)} · ${wait}. ${L.queue_slots.replace("{slots}", m.slots)}`;
+    line.dataset.position = m.position;
+    line.hidden = false;
+  }
+
+  function admitted(st, m) {
+    const article = st.article;
+    st.waiting = false;
+    st.admittedAt = performance.now();
+    article.dataset.status = "streaming";
+    article.querySelector(".status").textContent = L.retrieving;
+    article.querySelector(".stop").textContent = L.stop;
+    const line = article.querySelector(".queue-state");
+    line.textContent = L.admitted.replace("{seconds}", num(m.waited_ms / 1000, 1));
+    delete line.dataset.position;
+  }
+
+  function refused(st, m, id) {
+    const article = st.article;
+    clearInterval(st.timer);
+    delete live[id];
+    article.dataset.status = "refused";
+    article.querySelector(".status").textContent = L.refused;
+    article.querySelector(".error").textContent = m.error;
+    article.querySelector(".queue-state").hidden = true;
+    article.querySelector(".stop").hidden = true;
+    const retry = article.querySelector(".retry");
+    retry.hidden = false;
+    let left = m.retry_s || 0;
+    const count = () => {
+      retry.disabled = left > 0;
+      retry.textContent = left > 0 ? L.retry_in.replace("{seconds}", left) : L.retry_now;
+    };
+    count();
+    const timer = left > 0 ? setInterval(() => { left -= 1; count(); if (left <= 0) clearInterval(timer); }, 1000) : null;
+    retry.addEventListener("click", () => {
+      if (timer) clearInterval(timer);
+      const turn = article.closest(".turn");
+      article.remove();
+      if (turn && !turn.querySelector(".answer")) turn.remove();
+      ask(article._question, article._settings, null, null);
+    });
+    drawPanel(article, {}, null);
+  }
+
   function receive(m) {
     const st = m.id ? live[m.id] : null;
+    if (m.type === "refused") {
+      if (st) refused(st, m, m.id); else formError.textContent = m.error;
+      return;
+    }
     if (m.type === "error") {
       if (st && !st.article.dataset.answerId) { st.article.remove(); delete live[m.id]; }
       formError.textContent = m.error;
@@ -324,7 +394,11 @@
       return;
     }
     if (!st) return;
-    if (m.type === "started") {
+    if (m.type === "queued") {
+      queued(st, m);
+    } else if (m.type === "admitted") {
+      admitted(st, m);
+    } else if (m.type === "started") {
       st.article.dataset.answerId = m.answer_id;
       st.article._engine = m.engine;
       if (!conversation) {
@@ -351,6 +425,7 @@
       st.article.querySelector(".text").append(document.createTextNode(m.text));
     } else if (m.type === "done") {
       const doneAt = performance.now();
+      st.waiting = false;
       clearInterval(st.timer);
       delete live[m.id];
       const a = m.answer;
