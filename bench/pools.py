@@ -218,12 +218,21 @@ class Durations:
         return self.found[key]
 
     def left(self, job: BenchJob, now: datetime) -> float:
-        """Seconds a running job has left: at its own pace so far, else its kind's usual time (inf: unknown)."""
+        """Seconds a running job has left (inf: unknown): the longer of two guesses.
+
+        Finished runs like it, less the time it has run, come first: a run's requests are not equal work
+        (a lab warms the engine, then measures longer prompts), so counting requests alone told a learner
+        behind Lab 1 about a fifth of the real wait. Its own pace counts when it runs slower than those
+        runs did, or when no run like it has finished yet.
+        """
         elapsed = (now - job.started_at).total_seconds() if job.started_at else 0.0
+        pace = math.inf
         if 0 < job.done_requests <= job.total_requests:
-            return elapsed * (job.total_requests - job.done_requests) / job.done_requests
+            pace = elapsed * (job.total_requests - job.done_requests) / job.done_requests
         usual = self.of(job)
-        return math.inf if usual is None else max(0.0, usual - elapsed)
+        if usual is None:
+            return pace
+        return max(usual - elapsed, 0.0 if math.isinf(pace) else pace)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ Executing a job is a ``bench.jobrun.JobRun``; the engine lock its task holds is 
 
 from __future__ import annotations
 
+import math
 import random
 from typing import Any
 
@@ -161,8 +162,8 @@ def busy_retry_after_s(*, owner: AbstractBaseUser) -> int | None:
     """Seconds until ``owner`` may submit again when they have BENCH_MAX_ACTIVE_JOBS_PER_USER
     jobs queued or running, else None.
 
-    The estimate is the soonest end of one of their running jobs at its pace so far
-    (time since it started, scaled by the requests left), or ``RETRY_GUESS_S``.
+    The estimate is the soonest end of one of their running jobs, as the queue's expected starts
+    reckon it (``pools.Durations.left``), or ``RETRY_GUESS_S`` when none can be told.
     """
     active = list(
         BenchJob.objects.filter(owner_id=owner.pk, status__in=[BenchJob.Status.QUEUED, BenchJob.Status.RUNNING])
@@ -171,11 +172,12 @@ def busy_retry_after_s(*, owner: AbstractBaseUser) -> int | None:
         return None
     now = timezone.now()
     guesses = [
-        (now - job.started_at).total_seconds() * (job.total_requests - job.done_requests) / job.done_requests
+        pools.Durations((job.pool, job.hardware)).left(job, now)
         for job in active
-        if job.status == BenchJob.Status.RUNNING and job.started_at and 0 < job.done_requests <= job.total_requests
+        if job.status == BenchJob.Status.RUNNING
     ]
-    return max(5, min(3600, round(min(guesses)))) if guesses else RETRY_GUESS_S
+    known = [guess for guess in guesses if not math.isinf(guess)]
+    return max(5, min(3600, round(min(known)))) if known else RETRY_GUESS_S
 
 
 def job_execute(*, job_id: int, lease: EngineLease | None = None) -> BenchJob:

@@ -207,6 +207,24 @@ def test_the_expected_start_comes_from_the_queues_recent_runs_of_the_same_settin
 
 
 @pytest.mark.django_db
+def test_a_running_run_that_began_with_its_quick_requests_is_expected_to_take_as_long_as_runs_like_it() -> None:
+    ana, dan = learners("ana", "dan")
+    now = timezone.now()
+    for seconds, seed in ((280, 2), (300, 3), (320, 4)):  # Lab 1 runs like Dan's took about 300 s
+        done = waiting(dan, config={"repeats": 1, "seed": seed}, status="done")
+        BenchJob.objects.filter(pk=done.pk).update(
+            started_at=now - timedelta(hours=1), finished_at=now - timedelta(hours=1) + timedelta(seconds=seconds)
+        )
+    # One request of four in 30 s: its pace says 90 s more, but its first requests were the quick ones.
+    waiting(dan, status="running", started_at=now - timedelta(seconds=30), done_requests=1, total_requests=4)
+    a = waiting(ana)
+    assert pools.places(("default", ""))[a.pk].starts_in_s == pytest.approx(270, abs=2)
+    # Past the usual time and still going: its own pace says how much is left, not "now".
+    BenchJob.objects.filter(status="running").update(started_at=now - timedelta(seconds=400), done_requests=3)
+    assert pools.places(("default", ""))[a.pk].starts_in_s == pytest.approx(400 / 3, abs=2)
+
+
+@pytest.mark.django_db
 def test_an_expected_start_under_a_minute_is_said_in_seconds_over_one_in_minutes() -> None:
     ana, ben, dan = learners("ana", "ben", "dan")
     now = timezone.now()

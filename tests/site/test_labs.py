@@ -240,3 +240,15 @@ def test_the_lab_pages_run_show_checks_and_keep_a_refused_answer(monkeypatch: py
     other = Client()
     other.force_login(User.objects.create(username="l4"))
     assert 'data-status="not_started"' in other.get("/labs/1/").content.decode()  # nobody else's runs
+
+
+@pytest.mark.django_db
+def test_a_learner_without_speeds_is_told_to_run_this_lab_on_lab_1_and_lab_1_first_on_the_others() -> None:
+    client = Client()
+    client.force_login(User.objects.create(username="new"))
+    first = client.get("/labs/1/").content.decode()
+    assert "이 실습을 한 번 실행하면 그 뒤로는 내 속도로" in first and "실습 1을 먼저" not in first
+    second = client.get("/labs/2/").content.decode()
+    assert "실습 1을 먼저 하면 내 속도로" in second and "이 실습을 한 번 실행하면" not in second
+    client.post("/i18n/setlang/", {"language": "en", "next": "/"})
+    assert "Run this lab once and from then on" in client.get("/labs/1/").content.decode()
