@@ -2,7 +2,7 @@
 
 A running job beats (``heartbeat_at``) every few seconds; one silent for longer lost its
 worker (killed, or its machine gone). ``jobs_reap_stale`` (run by the job pages, the lab
-pages and ``job_create``) puts it back in its queue, to start over from nothing on the next free engine
+pages, ``job_create`` and every worker's timer, ``bench.tasks.ReapLostJobs``) puts it back in its queue, to start over from nothing on the next free engine
 of its pool, and ``send``s its id (``bench.services.jobs_reap_stale``: a task for it), so it
 does not wait for the broker to deliver the lost worker's task again (Redis gives an
 unacknowledged task back only after its visibility timeout, two hours here). A job lost on

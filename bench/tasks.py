@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
-from celery import shared_task
+import logging
+from typing import Any
+
+from celery import bootsteps, shared_task
+from django.conf import settings
+from django.db import close_old_connections
 
 from bench import jobrun, pools, services
 from bench.engine_lock import EngineBusy, engine_lock
+from labapp.celery import app
+
+log = logging.getLogger(__name__)
 
 # Last resort only: the job itself stops at JOB_TIME_LIMIT_S (results kept) and cuts a hung request off after the grace.
 SOFT_TIME_LIMIT_S = jobrun.JOB_TIME_LIMIT_S + jobrun.HARD_LIMIT_GRACE_S + 60
@@ -46,3 +54,40 @@ def job_run(self, job_id: int) -> str:  # type: ignore[no-untyped-def]
     if job.status in jobrun.FINISHED:
         return str(job.status)  # cancelled while it waited, or no engine of its pool measures
     raise self.retry(countdown=0 if ran is not None else WAIT_S) from None  # another's job ran: try again now
+
+
+class ReapLostJobs(bootsteps.StartStopStep):
+    """Every worker looks for lost workers' jobs on a timer, a third of ``BENCH_STALE_S`` apart.
+
+    The pages reap too, but a class whose learners sit on a running job's page while its worker is
+    gone would otherwise wait for someone to open another page; and the runs queued behind it wait with it.
+    A Celery worker bootstep on the worker's own timer: no beat process to run and keep alive.
+    """
+
+    requires = {"celery.worker.components:Timer"}
+
+    def __init__(self, parent: Any, **kwargs: Any) -> None:
+        super().__init__(parent, **kwargs)
+        self.every_s = max(1.0, settings.BENCH_STALE_S / 3)
+        self.tref: Any = None
+
+    def start(self, parent: Any) -> None:
+        self.tref = parent.timer.call_repeatedly(self.every_s, reap_lost_jobs)
+
+    def stop(self, parent: Any) -> None:
+        if self.tref is not None:
+            self.tref.cancel()
+
+
+def reap_lost_jobs() -> int:
+    """``services.jobs_reap_stale`` from the worker's timer thread; a failure (the database down) waits a tick."""
+    try:
+        return services.jobs_reap_stale()
+    except Exception:  # the timer must keep ticking; the status page names the dead component
+        log.warning("the lost-job reaper could not run this time", exc_info=True)
+        return 0
+    finally:
+        close_old_connections()  # the timer thread's own connection, as a request's end would
+
+
+app.steps["worker"].add(ReapLostJobs)
