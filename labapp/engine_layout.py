@@ -216,7 +216,7 @@ def current() -> Layout:
 
 def main(argv: list[str]) -> int:
     """``python -m labapp.engine_layout``: the layout `make run` would start, one engine a line;
-    ``router-needed``: exit 0 when the router is part of it (the Makefile installs it then)."""
+    ``router-needed``: exit 0 when the embedded router is part of it (the Makefile installs it then)."""
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "labapp.settings")
     import django
 
@@ -224,7 +224,7 @@ def main(argv: list[str]) -> int:
     from django.conf import settings
 
     if argv[1:] == ["router-needed"]:
-        return 0 if settings.LAB_ROUTER else 1
+        return 0 if settings.LAB_ROUTER and settings.ROUTER_EMBEDDED else 1
     for spec in current().engines:
         print(f"== {spec.name}: {spec.url}, role {spec.role}, cores {spec.cores or 'unbound'}")
     router = f"on, in front of {', '.join(settings.LAB_ROUTER_ENGINES)}" if settings.LAB_ROUTER else "off"

@@ -53,6 +53,11 @@ VARIABLES: dict[str, Variable] = {
             "`auto` = on when LAB_ENGINES gives a chat pool",
         ),
         Variable(
+            "LAB_ROUTER_URL",
+            "",
+            "vllm-router run elsewhere (its base URL, with LAB_ROUTER=true); empty = embedded on LAB_ROUTER_PORT",
+        ),
+        Variable(
             "LAB_ROUTER_ENGINES",
             "",
             "comma-separated engine base URLs the router spreads the chat over; empty = the chat engines of "

@@ -190,7 +190,12 @@ LAB_ROUTER_METRICS_PORT = env_int("LAB_ROUTER_METRICS_PORT", minimum=1, maximum=
 # configured engine alone.
 LAB_ROUTER_ENGINES = [u.removesuffix("/v1") for u in env_urls("LAB_ROUTER_ENGINES", schemes=("http", "https"))]
 LAB_ROUTER_ENGINES = LAB_ROUTER_ENGINES or _LAYOUT.router_engines
-ROUTER_URL = f"http://127.0.0.1:{LAB_ROUTER_PORT}"  # the chat's, when LAB_ROUTER is on
+# The chat's, when LAB_ROUTER is on: the embedded router (started by `make run`), or one run elsewhere
+# (docker/compose.yaml's router service), whose engines are then its own command line's business.
+ROUTER_EMBEDDED = not is_set("LAB_ROUTER_URL")
+ROUTER_URL = (
+    f"http://127.0.0.1:{LAB_ROUTER_PORT}" if ROUTER_EMBEDDED else env_url("LAB_ROUTER_URL", schemes=("http", "https"))
+)
 VLLM_MAX_MODEL_LEN = env_int("VLLM_MAX_MODEL_LEN", minimum=256, maximum=1_048_576)
 EMBEDDING_MODEL = env_str("EMBEDDING_MODEL")
 EMBEDDING_BACKEND = env_choice("EMBEDDING_BACKEND", ("auto", "onnx", "torch"))

@@ -57,7 +57,7 @@ class NoHealthyEngine(RuntimeError):
 
 
 def url() -> str:
-    """The embedded router's address."""
+    """The router's address: the embedded one, or LAB_ROUTER_URL's."""
     return str(settings.ROUTER_URL)
 
 

@@ -24,16 +24,21 @@ DOCKER = ROOT / "docker"
 COMPOSE_FILE = DOCKER / "compose.yaml"
 DOCKERFILE = DOCKER / "Dockerfile"
 
-SERVICES = {"web", "worker", "redis", "postgres", "chroma", "vllm"}
-APP_SERVICES = ("web", "worker")
+WEB_SERVICES = ("web", "web-2")
+WORKER_SERVICES = ("worker", "worker-default")
+APP_SERVICES = WEB_SERVICES + WORKER_SERVICES
+ENGINES = ("vllm", "vllm-chat-1", "vllm-chat-2")  # the first measures; the router spreads the chat over the others
+SERVICES = {*APP_SERVICES, *ENGINES, "nginx", "router", "redis", "postgres", "chroma"}
 # The port each backing service's image listens on inside the compose network.
-SERVICE_PORTS = {"postgres": 5432, "redis": 6379, "chroma": 8000, "vllm": 8000}
+SERVICE_PORTS = {"postgres": 5432, "redis": 6379, "chroma": 8000, "vllm": 8000, "router": 8000}
+COMPOSE_ONLY = {"VLLM_MEASURE_GPU", "VLLM_CHAT_GPU_1", "VLLM_CHAT_GPU_2"}  # which GPU each engine takes
 # URL variable -> (service it must point at, schemes the app accepts).
 URLS: dict[str, tuple[str, tuple[str, ...]]] = {
     "DATABASE_URL": ("postgres", ("postgres", "postgresql")),
     "REDIS_URL": ("redis", ("redis",)),
     "CHROMA_URL": ("chroma", ("http", "https")),
     "VLLM_BASE_URL": ("vllm", ("http", "https")),
+    "LAB_ROUTER_URL": ("router", ("http", "https")),
 }
 # ${NAME...} or $NAME, but not the $$ escape compose uses for a literal dollar.
 INTERPOLATION = re.compile(r"(?<!\$)\$(?:\{([A-Za-z_]\w*)|([A-Za-z_]\w*))")
@@ -116,21 +121,31 @@ def test_app_services_build_the_app_image(services: dict[str, dict[str, Any]], n
     assert services["web"].get("image") == services["worker"].get("image")
 
 
-def test_web_runs_daphne_on_8000(services: dict[str, dict[str, Any]]) -> None:
-    args = service_command(services, "web")
+@pytest.mark.parametrize("name", WEB_SERVICES)
+def test_web_runs_daphne_on_8000_behind_the_proxy(services: dict[str, dict[str, Any]], name: str) -> None:
+    args = service_command(services, name)
     assert args[0] == "daphne"
     assert "labapp.asgi:application" in args
     assert option(args, "-p", "--port") == "8000"
     assert option(args, "-b", "--bind") == "0.0.0.0"
     assert option(args, "--websocket_connect_timeout") == "30"  # as the embedded web server
+    assert "--proxy-headers" in args  # the client's address from nginx's X-Forwarded-For, as in the rehearsal
+    assert "ports" not in services[name], "the web processes are reached through nginx only"
 
 
-def test_worker_runs_celery_on_both_queues(services: dict[str, dict[str, Any]]) -> None:
-    args = service_command(services, "worker")
-    assert args[0] == "celery" and "worker" in args
-    assert option(args, "-A", "--app") == "labapp"
-    queues = option(args, "-Q", "--queues") or ""
-    assert {"default", "bench"} <= set(queues.split(","))
+def test_the_workers_consume_both_queues_bench_on_its_own(services: dict[str, dict[str, Any]]) -> None:
+    queues: dict[str, set[str]] = {}
+    names = set()
+    for name in WORKER_SERVICES:
+        args = service_command(services, name)
+        assert args[0] == "celery" and "worker" in args
+        assert option(args, "-A", "--app") == "labapp"
+        queues[name] = set((option(args, "-Q", "--queues") or "").split(","))
+        names.add(option(args, "-n", "--hostname"))
+    assert queues == {"worker": {"bench"}, "worker-default": {"default"}}  # jobs never starve the rest
+    assert len(names) == 2 and None not in names, "two workers need two node names"
+    # One benchmark slot per measuring engine: the compose file has one that measures.
+    assert option(service_command(services, "worker"), "-c", "--concurrency") == "1"
 
 
 @pytest.mark.parametrize("name", APP_SERVICES)
@@ -158,8 +173,9 @@ def test_urls_point_at_their_service(
     assert env_url(variable, schemes=schemes) == value.rstrip("/")
 
 
-def test_vllm_service(services: dict[str, dict[str, Any]]) -> None:
-    vllm = services["vllm"]
+@pytest.mark.parametrize("name", ENGINES)
+def test_each_vllm_engine_serves_the_apps_model_on_its_own_gpu(services: dict[str, dict[str, Any]], name: str) -> None:
+    vllm = services[name]
     image = vllm["image"]
     assert image.startswith("vllm/vllm-openai:")
     assert_pinned(image)
@@ -172,6 +188,72 @@ def test_vllm_service(services: dict[str, dict[str, Any]]) -> None:
     assert model is not None, "vllm command names no model"
     assert model == environment(services["web"])["VLLM_MODEL"], "vllm must serve the model the app asks for"
     assert option(args, "--port") in (None, str(SERVICE_PORTS["vllm"]))
+    gpus = {
+        str(d["device_ids"][0]) for e in ENGINES for d in services[e]["deploy"]["resources"]["reservations"]["devices"]
+    }
+    assert len(gpus) == len(ENGINES), "each engine reserves a GPU of its own"
+
+
+def test_the_router_runs_the_embedded_routers_flags_in_front_of_the_chat_engines(
+    services: dict[str, dict[str, Any]],
+) -> None:
+    from rag.vllm.router import ROUTER_FLAGS
+
+    router = services["router"]
+    assert router["build"].get("target") == "router"
+    args = argv(router["command"])
+    flags = args[args.index("--worker-startup-timeout-secs") :]
+    assert flags == list(ROUTER_FLAGS), "the same health checks, retries and circuit breaker as `make run`'s router"
+    urls = args[args.index("--worker-urls") + 1 : args.index("--policy")]
+    env = environment(services["web"])
+    assert urls == env["LAB_ROUTER_ENGINES"].split(",") == [f"http://{e}:8000" for e in ENGINES[1:]]
+    assert env["LAB_ROUTER"] == "true" and option(args, "--port") == "8000"
+    assert option(args, "--policy") == env["LAB_ROUTER_POLICY"] == "${LAB_ROUTER_POLICY:-consistent_hash}"
+    assert any(step.startswith("FROM") and step.endswith("AS router") for step in _dockerfile_lines())
+    assert "requirements-router.txt" in " ".join(dockerfile_instructions("COPY"))
+
+
+def _dockerfile_lines() -> list[str]:
+    return [line.strip() for line in DOCKERFILE.read_text().splitlines()]
+
+
+def _location(conf: str) -> list[str]:
+    """The directives of the ``location /`` block, one a line, as written."""
+    block = conf[conf.index("location / {") :]
+    block = block[: block.index("}")]
+    return [line.strip() for line in block.splitlines()[1:] if line.strip()]
+
+
+def test_nginx_proxies_both_web_processes_as_the_rehearsal_does(services: dict[str, dict[str, Any]]) -> None:
+    from labapp.ops.rehearsal.cluster import NGINX_CONF
+
+    conf = (DOCKER / "nginx.conf").read_text()
+    rehearsal = NGINX_CONF.replace("{{", "{").replace("}}", "}")
+    assert _location(conf) == _location(rehearsal), "docker/nginx.conf's location block drifted from the rehearsal's"
+    assert re.findall(r"server (\S+) max_fails=1 fail_timeout=5s;", conf) == [f"{w}:8000" for w in WEB_SERVICES]
+    assert "map $http_upgrade $connection_upgrade" in conf and "listen 8000;" in conf
+    nginx = services["nginx"]
+    assert_pinned(nginx["image"])
+    assert nginx["ports"] == ["${WEB_PORT:-8000}:8000"]
+    assert "./nginx.conf:/etc/nginx/nginx.conf:ro" in nginx["volumes"]
+
+
+@pytest.mark.integration
+def test_debians_nginx_accepts_the_compose_files_nginx_conf(tmp_path: Path) -> None:
+    """``nginx -t`` on docker/nginx.conf, the services' names made loopback (nothing resolves them here)."""
+    import shutil
+    import subprocess
+
+    binary = shutil.which("nginx") or "/usr/sbin/nginx"
+    conf = (DOCKER / "nginx.conf").read_text()
+    for name in WEB_SERVICES:
+        conf = conf.replace(f"server {name}:8000", "server 127.0.0.1:8000")
+    conf = conf.replace("events {", f"pid {tmp_path}/nginx.pid;\nerror_log {tmp_path}/error.log;\nevents {{", 1)
+    (tmp_path / "nginx.conf").write_text(conf)
+    done = subprocess.run(
+        [binary, "-t", "-p", str(tmp_path), "-c", str(tmp_path / "nginx.conf")], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
 
 
 @pytest.mark.parametrize("name", ["chroma", "postgres", "redis"])
@@ -182,7 +264,7 @@ def test_backing_images_are_pinned(services: dict[str, dict[str, Any]], name: st
 def test_interpolations_use_known_names() -> None:
     names = {a or b for a, b in INTERPOLATION.findall(COMPOSE_FILE.read_text())}
     assert "SECRET_KEY" in names
-    unknown = {n for n in names if n not in VARIABLES and not n.startswith("POSTGRES_")}
+    unknown = {n for n in names if n not in VARIABLES and n not in COMPOSE_ONLY and not n.startswith("POSTGRES_")}
     assert not unknown, f"compose interpolates undeclared variables: {sorted(unknown)}"
 
 
@@ -200,7 +282,8 @@ def test_dockerfile_entrypoint_and_lock(services: dict[str, dict[str, Any]]) -> 
     assert path.is_file() and os.access(path, os.X_OK), f"{script} must exist and be executable"
     assert 'exec "$@"' in path.read_text()
 
-    assert dockerfile_exec("CMD") == service_command(services, "web"), "default CMD is the web command"
+    # The image alone is the web command; compose adds --proxy-headers, since nginx is in front there.
+    assert dockerfile_exec("CMD") == [a for a in service_command(services, "web") if a != "--proxy-headers"]
 
 
 def test_dockerfile_collects_static_with_a_valid_throwaway_key() -> None:

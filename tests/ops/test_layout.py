@@ -19,6 +19,7 @@ from labapp.ops.stack import __main__ as stack
 from labapp.ops.stack import components
 from labapp.ops.stack.components import Component
 from labapp.status import probes as status
+from rag.vllm import client as vllm_client
 
 FIRST = "http://127.0.0.1:8200"
 
@@ -202,3 +203,25 @@ def replace_call(probe: status.ComponentProbe, call: Any) -> status.ComponentPro
     from dataclasses import replace
 
     return replace(probe, call=call)
+
+
+def test_a_router_run_elsewhere_takes_the_chat_and_the_stack_starts_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+
+    import labapp.settings
+
+    for name, value in {"LAB_ROUTER": "true", "LAB_ROUTER_URL": "http://router:8000/"}.items():
+        monkeypatch.setenv(name, value)
+    reloaded = importlib.reload(labapp.settings)
+    assert reloaded.ROUTER_URL == "http://router:8000" and reloaded.ROUTER_EMBEDDED is False
+    with override_settings(LAB_ROUTER=True, ROUTER_EMBEDDED=False, ROUTER_URL="http://router:8000"):
+        assert vllm_client.chat_url() == "http://router:8000"  # docker/compose.yaml's router service
+        assert components.router().external == "LAB_ROUTER_URL=http://router:8000"  # idles, naming it
+        assert layout.main(["", "router-needed"]) == 1  # `make setup` installs no router of its own
+    with override_settings(LAB_ROUTER=True, ROUTER_EMBEDDED=True):
+        assert layout.main(["", "router-needed"]) == 0
+    monkeypatch.setenv("LAB_ROUTER_URL", "router:8000")
+    with pytest.raises(ImproperlyConfigured, match="LAB_ROUTER_URL"):
+        importlib.reload(labapp.settings)
+    monkeypatch.undo()
+    importlib.reload(labapp.settings)

@@ -327,6 +327,7 @@ def router() -> Component:
         port=port,
         # Its INFO log is a few lines per request (each consistent-hash decision).
         env={"RUST_LOG": os.environ.get("RUST_LOG", "warn")},
+        external=None if settings.ROUTER_EMBEDDED else f"LAB_ROUTER_URL={addresses.shown(settings.ROUTER_URL)}",
         ready=lambda: _http_ok(f"http://127.0.0.1:{port}/workers"),
         ready_timeout_s=900.0,
         disabled=None if settings.LAB_ROUTER else "no router is configured (LAB_ROUTER=false)",
