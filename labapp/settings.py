@@ -10,6 +10,9 @@ from pathlib import Path
 import dj_database_url
 from csp.constants import NONE, SELF, UNSAFE_INLINE
 from django.core.exceptions import ImproperlyConfigured
+from redis.asyncio.retry import Retry  # the layer's connections are asyncio ones: the sync Retry would not await them
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from labapp import engine_layout as layout
 from labapp.env import env_bool, env_choice, env_int, env_int_or_auto, env_list, env_str, env_url, env_urls, is_set
@@ -239,10 +242,14 @@ VLLM_DTYPE = env_choice("VLLM_DTYPE", ("auto", "bfloat16", "float16", "float32")
 # Redis still ends them (its socket closes), and one that hangs is noticed after LAYER_READ_TIMEOUT_S.
 LAYER_BLOCKING_WAIT_S = 5  # channels_redis.core.RedisChannelLayer.brpop_timeout
 LAYER_READ_TIMEOUT_S = LAYER_BLOCKING_WAIT_S + 10
+# A pool made from a URL gives its connections no retry, so after Redis restarted the first command on
+# each pooled connection failed ("Connection lost") and Channels closed that socket with 1011 (the first
+# /ws/ping/ after a restart, in CI). Retried: a dead connection is dropped and the command sent on a new one.
+LAYER_RETRY = {"retry": Retry(ExponentialBackoff(cap=1.0, base=0.05), 3), "retry_on_error": [RedisConnectionError]}
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": LAYER_READ_TIMEOUT_S}]},
+        "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": LAYER_READ_TIMEOUT_S, **LAYER_RETRY}]},
     }
 }
 

