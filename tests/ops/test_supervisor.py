@@ -41,10 +41,11 @@ class MakeRun:
     def output(self) -> str:
         return "\n".join(self.lines)
 
-    def wait_for(self, pattern: str, timeout: float = 180) -> re.Match[str]:
+    def wait_for(self, pattern: str, timeout: float = 180, since: int = 0) -> re.Match[str]:
+        """The first line matching ``pattern``, from line ``since`` on."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            for line in list(self.lines):
+            for line in list(self.lines)[since:]:
                 if found := re.search(pattern, line):
                     return found
             if self.process.poll() is not None:
@@ -123,6 +124,19 @@ def test_make_run_serves_every_component_green_and_ctrl_c_leaves_no_orphans(
         page.screenshot(path=str(ARTIFACTS / "make-run-status.png"), full_page=True)
         page.close()
         assert rows == dict.fromkeys(rows, "ok"), run.output()[-4000:]
+
+        # The worker killed as the kernel's OOM killer would (its pool with it): the wrapper starts it again.
+        worker = next(
+            p for p in _descendants(run.process.pid) if p.cmdline()[1:3] == ["-m", "celery"] and "worker" in p.cmdline()
+        )
+        before = len(run.lines)
+        for process in [*worker.children(recursive=True), worker]:
+            process.kill()
+        run.wait_for(r"\[worker\] exited with code -9 after it had answered; starting it again in 1 s", since=before)
+        run.wait_for(r"\[worker\] started \(pid \d+\)", since=before)
+        run.wait_for(r"\[worker\] ready in", timeout=120, since=before)
+        celery = {c["key"]: c for c in httpx.get(f"{run.web_url}/status.json", timeout=90).json()["components"]}
+        assert celery["celery"]["ok"], celery["celery"]
 
         family = _descendants(run.process.pid)
         assert len(family) >= 10  # honcho, 6 wrappers, redis, chroma, worker(s), daphne
@@ -223,3 +237,34 @@ def test_a_second_make_finds_every_install_and_the_model_up_to_date() -> None:
         ["make", "--dry-run", "test", "PYTEST_ARGS=--version"], cwd=ROOT, capture_output=True, text=True
     )
     assert "pip install" not in dry.stdout and "convert_model" not in dry.stdout and "npm install" not in dry.stdout
+
+
+def test_a_component_that_dies_after_answering_is_started_again_and_one_that_never_answered_is_not(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(stack, "RESTARTS_MAX", 2)
+    monkeypatch.setattr(stack, "_stop", threading.Event())
+    monkeypatch.setattr("labapp.starts.begun", lambda name, pid: None)
+    monkeypatch.setattr("labapp.starts.answered", lambda name: None)
+    monkeypatch.setattr("labapp.starts.ended", lambda name: None)
+    runs = tmp_path / "runs"
+    # Answers (its ready check passes), then dies: a crash while serving.
+    crashing = Component(
+        name="crashy",
+        command=["/bin/sh", "-c", f"echo x >> {runs}; sleep 0.3; exit 3"],
+        ready=lambda: True,
+    )
+    threading.Timer(7.0, stack._stop.set).start()  # runs 3 x 0.3 s, pauses 1 + 2 s, then it idles
+    assert stack.supervise(crashing) == 0
+    out = capsys.readouterr().out
+    assert out.count("[crashy] started") == 3 and runs.read_text().count("x") == 3  # the first run and 2 restarts
+    assert "[crashy] exited with code 3 after it had answered; starting it again in 1 s" in out
+    assert "[crashy] exited with code 3 after it had answered; starting it again in 2 s" in out
+    assert "[crashy] FAILED: exited with code 3 (2 restarts in the last 10 min already)" in out
+    # Dies before it ever answered: a bad setting would only fail again.
+    stack._stop.clear()
+    never = Component(name="never", command=["/bin/sh", "-c", "exit 4"], ready=lambda: False)
+    threading.Timer(2.0, stack._stop.set).start()
+    assert stack.supervise(never) == 0
+    out = capsys.readouterr().out
+    assert out.count("[never] started") == 1 and "[never] FAILED: exited with code 4; see its output above" in out

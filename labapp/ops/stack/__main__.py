@@ -1,9 +1,10 @@
 """Run one embedded component under the Procfile: ``python -m labapp.ops.stack NAME``.
 
 honcho stops every process as soon as one exits, so this wrapper never exits on
-its own: when its component cannot start or dies, it says so (naming the
-component and the reason) and stays idle, and the rest of the lab keeps running;
-the status page shows the component red.  On SIGINT/SIGTERM it stops the
+its own: when its component cannot start, it says so (naming the component and
+the reason) and stays idle, and the rest of the lab keeps running; the status
+page shows the component red. A component that dies after it had answered is
+started again (``supervise``), a few times at most.  On SIGINT/SIGTERM it stops the
 component and every process under it, so Ctrl-C leaves no orphans behind.
 """
 
@@ -137,50 +138,83 @@ def run(name: str) -> int:
     return 0
 
 
-def supervise(component: Component, refused: str | None = "") -> int:
-    """Start one component and watch it until the wrapper is stopped; ``refused`` "" asks ``_refusal`` here."""
-    from labapp import starts
+RESTARTS_MAX = 5  # a component that had answered and died is started again this many times …
+RESTART_WINDOW_S = 600.0  # … within this long; more often than that it is left FAILED
 
+
+def supervise(component: Component, refused: str | None = "") -> int:
+    """Start one component and watch it until the wrapper is stopped; ``refused`` "" asks ``_refusal`` here.
+
+    One that dies after it had answered (a worker killed by the kernel, a Redis that crashed) is started
+    again, as a service manager would, after a pause doubling from a second, at most ``RESTARTS_MAX``
+    times in ``RESTART_WINDOW_S``; one that dies before it ever answered stays FAILED (a bad setting
+    would only fail again).
+    """
     name = component.name
     refused = _refusal(name, component) if refused == "" else refused
     if refused is not None:
         _say(name, refused)
         return idle(name)
+    restarts: list[float] = []
+    while True:
+        ended = _watch(component)
+        if ended is None:
+            _say(name, "stopped")
+            return 0
+        code, answered = ended
+        if component.one_shot and code == 0:
+            return idle(name)  # done, as it should be
+        now = time.monotonic()
+        restarts = [t for t in restarts if now - t < RESTART_WINDOW_S]
+        if component.one_shot or not answered or len(restarts) >= RESTARTS_MAX:
+            why = f" ({len(restarts)} restarts in the last {RESTART_WINDOW_S / 60:.0f} min already)" if restarts else ""
+            _say(name, f"FAILED: exited with code {code}{why}; see its output above")
+            return idle(name)
+        restarts.append(now)
+        pause = 2.0 ** (len(restarts) - 1)
+        _say(name, f"exited with code {code} after it had answered; starting it again in {pause:.0f} s")
+        if _stop.wait(pause):
+            _say(name, "stopped")
+            return 0
 
+
+def _watch(component: Component) -> tuple[int, bool] | None:
+    """Run the component once: None when the wrapper was stopped, else its exit code and whether it had answered."""
+    from labapp import starts
+
+    name = component.name
     started = time.monotonic()
     # The component stays in this wrapper's process group: if honcho has to
     # SIGKILL the group, the component goes with it instead of being orphaned.
     process = subprocess.Popen(component.command, env=os.environ | component.env)
     _say(name, f"started (pid {process.pid})")
     starts.begun(name, process.pid)  # the status page reads "starting", not "down", until it answers
+    answered = component.ready is None
+    waited_out = False
     try:
-        ready_reported = component.ready is None
         while not _stop.is_set():
             code = process.poll()
             if code is not None:
                 if component.one_shot and code == 0:
                     _say(name, f"finished in {time.monotonic() - started:.1f} s")
-                else:
-                    _say(name, f"FAILED: exited with code {code}; see its output above")
-                return idle(name)
-            if not ready_reported and component.ready is not None:
+                return code, answered
+            if not answered and not waited_out and component.ready is not None:
                 if component.ready():
-                    ready_reported = True
+                    answered = True
                     starts.answered(name)
                     _say(name, f"ready in {time.monotonic() - started:.1f} s")
                     if name == "web":
                         _say(name, f"open {web_url()}")
                 elif time.monotonic() - started > component.ready_timeout_s:
                     _say(name, f"not ready after {component.ready_timeout_s:.0f} s; still waiting")
-                    ready_reported = True
+                    waited_out = True
             _stop.wait(0.5)
     finally:
         if process.poll() is None:
             _say(name, "stopping")
             stop_tree(process, grace_s=STOP_GRACE_S)
         starts.ended(name)
-    _say(name, "stopped")
-    return 0
+    return None
 
 
 def main() -> int:
