@@ -140,6 +140,7 @@ def run(name: str) -> int:
 
 RESTARTS_MAX = 5  # a component that had answered and died is started again this many times …
 RESTART_WINDOW_S = 600.0  # … within this long; more often than that it is left FAILED
+UP_WITHOUT_CHECK_S = 10.0  # a component without a ready check counts as having answered once up this long
 
 
 def supervise(component: Component, refused: str | None = "") -> int:
@@ -189,11 +190,13 @@ def _watch(component: Component) -> tuple[int, bool] | None:
     process = subprocess.Popen(component.command, env=os.environ | component.env)
     _say(name, f"started (pid {process.pid})")
     starts.begun(name, process.pid)  # the status page reads "starting", not "down", until it answers
-    answered = component.ready is None
+    answered = False
     waited_out = False
     try:
         while not _stop.is_set():
             code = process.poll()
+            if component.ready is None and time.monotonic() - started >= UP_WITHOUT_CHECK_S:
+                answered = True  # no check to ask: up this long counts as serving
             if code is not None:
                 if component.one_shot and code == 0:
                     _say(name, f"finished in {time.monotonic() - started:.1f} s")
