@@ -16,6 +16,7 @@ from django import forms
 from django.utils.translation import gettext_lazy
 
 from bench import configs, kinds
+from bench.imports import registry as importers
 from bench.kinds import registry
 from bench.kinds.registry import Field, JobKind
 
@@ -136,13 +137,15 @@ class JobForm(forms.Form):
         max_model_len: Callable[[], int | None] = lambda: None,
     ) -> None:
         super().__init__(data, files)
-        every = registry.all_kinds()
+        every = registry.runnable_kinds()
         names = [kind.name for kind in every]
         chosen = (data or {}).get("kind") or shown
         shown = chosen if chosen in names else names[0]
         self.max_model_len = max_model_len
         self.settings = form_fields(every)
-        self.fields["kind"] = forms.ChoiceField(label=gettext_lazy("작업"), choices=registry.choices(), initial=shown)
+        self.fields["kind"] = forms.ChoiceField(
+            label=gettext_lazy("작업"), choices=[(k.name, k.label) for k in every], initial=shown
+        )
         for name, (field, users) in self.settings.items():
             self.fields[name] = form_field(name, field, users, shown)
 
@@ -166,3 +169,26 @@ class JobForm(forms.Form):
             return data
         data["config"] = raw
         return data
+
+
+class ImportForm(forms.Form):
+    """Another tool's result file (``bench.imports``): JSON or JSON Lines, at most ``MAX_BYTES``."""
+
+    result_file = forms.FileField(
+        label=gettext_lazy("결과 파일 (JSON 또는 JSONL)"),
+        help_text=gettext_lazy(
+            "vllm bench serve --save-result의 JSON, GuideLLM의 JSON 보고서(--output kind=json,path=x.json), "
+            "AIPerf의 profile_export_aiperf.json 또는 profile_export.jsonl"
+        ),
+    )
+
+    def clean_result_file(self) -> Any:
+        upload = self.cleaned_data["result_file"]
+        name = str(upload.name or "")
+        if not name.lower().endswith((".json", ".jsonl")):
+            raise forms.ValidationError(gettext_lazy("JSON 파일(.json 또는 .jsonl)만 가져올 수 있습니다"))
+        if upload.size is None or upload.size > importers.MAX_BYTES:
+            raise forms.ValidationError(
+                gettext_lazy("파일이 너무 큽니다 (최대 %(mb)d MB)") % {"mb": importers.MAX_BYTES // (1024 * 1024)}
+            )
+        return upload

@@ -99,6 +99,19 @@ class BenchJob(said.KeepsError, models.Model):
         return registry.find(self.kind)
 
     @property
+    def kind_shown(self) -> str:
+        """What the pages call the job: its kind's label, or the kind's title for it (an imported run
+        names its tool), in the reader's language."""
+        spec = self.kind_spec
+        return spec.title(self.results or {}) if spec is not None else str(self.get_kind_display())
+
+    @property
+    def runnable(self) -> bool:
+        """Whether the job's kind is one that runs (an imported run is not: it has no engine or progress)."""
+        spec = self.kind_spec
+        return spec is None or spec.runnable
+
+    @property
     def active(self) -> bool:
         return self.status in (self.Status.QUEUED, self.Status.RUNNING)
 

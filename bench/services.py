@@ -17,10 +17,11 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from bench import kinds, pools, reaper
+from bench import imports, kinds, pools, reaper
 from bench.engine_lock import EngineLease
 from bench.jobrun import JobRun
 from bench.models import BenchJob
+from labapp import addresses
 from rag.vllm import client as vllm_client
 
 
@@ -187,3 +188,57 @@ def job_execute(*, job_id: int, lease: EngineLease | None = None) -> BenchJob:
     JobAlive when another worker is still running the job.
     """
     return JobRun(job_id, lease=lease).run()
+
+
+IMPORTED_MAX_PER_USER = 100  # imported runs a learner keeps (each is a row of up to MAX_BYTES of results)
+
+
+def job_import(*, owner: AbstractBaseUser, data: bytes, file_name: str) -> list[BenchJob]:
+    """Another tool's result file read (``bench.imports``) and saved as done jobs of ``owner``'s that never
+    run, one per run in the file (a GuideLLM sweep holds several).
+
+    Raises ``bench.imports.NotImportable`` with words for the form when no importer can read it;
+    nothing is saved then.
+    """
+    runs = imports.registry.read(data)
+    with transaction.atomic():
+        get_user_model().objects.select_for_update().get(pk=owner.pk)  # two uploads at once count one after the other
+        kept = BenchJob.objects.filter(owner_id=owner.pk, kind=kinds.imported.KIND.name).count()
+        if kept + len(runs) > IMPORTED_MAX_PER_USER:
+            raise imports.NotImportable(
+                _("가져온 결과는 한 사람에 %(most)d개까지입니다 (지금 %(kept)d개)")
+                % {"most": IMPORTED_MAX_PER_USER, "kept": kept}
+            )
+        return [_imported_job(owner, run, file_name) for run in runs]
+
+
+def _imported_job(owner: AbstractBaseUser, found: imports.Imported, file_name: str) -> BenchJob:
+    importer = imports.registry.find(found.tool)
+    source = dict(found.source)
+    if source.get("endpoint"):
+        source["endpoint"] = addresses.shown(str(source["endpoint"]))  # never an address's credentials
+    results = {
+        "model": str(source.get("model") or ""),
+        "imported": {
+            "tool": found.tool,
+            "tool_name": importer.tool if importer is not None else found.tool,
+            "file_name": file_name[-200:],
+            "source": source,
+            "missing": found.missing,
+            "notes": list(found.notes),
+            "per_request": bool(found.usable),
+            "run": found.run,
+        },
+        "cells": [found.cell()],
+    }
+    return BenchJob.objects.create(
+        owner_id=owner.pk,
+        kind=kinds.imported.KIND.name,
+        config={},
+        engine_url="",
+        status=BenchJob.Status.DONE,
+        done_requests=len(found.samples),
+        total_requests=len(found.samples),
+        results=results,
+        finished_at=timezone.now(),
+    )

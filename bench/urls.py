@@ -9,6 +9,7 @@ urlpatterns = [
     path("engines/add/", views_engines.engine_add, name="engine_add"),
     path("engines/<int:engine_id>/delete/", views_engines.engine_delete, name="engine_delete"),
     path("bench/compare/", views.bench_compare, name="bench_compare"),
+    path("bench/import/", views.bench_import, name="bench_import"),
     path("bench/<int:job_id>/", views.bench_detail, name="bench_detail"),
     path("bench/<int:job_id>/cancel/", views.bench_cancel, name="bench_cancel"),
     re_path(

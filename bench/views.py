@@ -9,11 +9,15 @@ from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.http import urlencode
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
 from bench import access, charts, comparison, configs, engines, exports, plotting, pools, services, stats
-from bench.forms import JobForm
+from bench.forms import ImportForm, JobForm
+from bench.imports import NotImportable
+from bench.imports import registry as importers
 from bench.kinds import registry
 from bench.models import BenchJob
 from labapp import request_numbers
@@ -136,6 +140,23 @@ def noise_rows(jobs: list[BenchJob]) -> list[dict[str, Any]]:
 
 
 @login_required
+def bench_import(request: HttpRequest) -> HttpResponse:
+    """Another tool's result file read into a done job of the learner's (``bench.imports``); its page after."""
+    form = ImportForm(request.POST or None, request.FILES or None)
+    if request.method == "POST" and form.is_valid():
+        upload = form.cleaned_data["result_file"]
+        try:
+            made = services.job_import(owner=request.user, data=upload.read(), file_name=str(upload.name))  # type: ignore[arg-type]
+            if len(made) == 1:
+                return redirect("bench_detail", job_id=made[0].pk)
+            return redirect(reverse("bench_compare") + "?" + urlencode([("ids", job.pk) for job in made]))
+        except NotImportable as exc:
+            form.add_error("result_file", exc.message)  # nothing was saved
+    status = 400 if request.method == "POST" else 200
+    return render(request, "bench/import.html", {"form": form, "tools": importers.all_importers()}, status=status)
+
+
+@login_required
 def bench_compare(request: HttpRequest) -> HttpResponse:
     """Two or more of the learner's jobs: of one kind, drawn over each other with how their settings differ;
     of several kinds, what every kind measures alike and a comparison of each kind's own jobs."""
@@ -144,9 +165,11 @@ def bench_compare(request: HttpRequest) -> HttpResponse:
     if len(chosen) < 2:
         error = str(gettext_lazy("비교하려면 작업을 두 개 이상 고르세요."))
         return render(request, "bench/compare.html", {"jobs": chosen, "error": error}, status=400)
-    if len({j.kind for j in chosen}) > 1:
+    if len({j.kind for j in chosen}) > 1 or not all(j.runnable for j in chosen):
+        rows = [comparison.pooled(j) for j in chosen]
         context = {"jobs": chosen, "groups": comparison.kind_groups(chosen), "metrics": comparison.COMMON_METRICS}
-        return render(request, "bench/compare_kinds.html", context | {"pooled": [comparison.pooled(j) for j in chosen]})
+        context |= {"pooled": rows, "verdicts": comparison.verdicts(rows)}
+        return render(request, "bench/compare_kinds.html", context)
     differ, same = settings_diff(chosen)
     context = {"jobs": chosen, "charts": _charts(chosen[0].kind, chosen), "differ": differ, "same": same}
     return render(request, "bench/compare.html", context | {"noise": noise_rows(chosen)})

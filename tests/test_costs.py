@@ -29,6 +29,7 @@ BOUNDED: dict[str, str] = {
     "bench.services.job_create": "BENCH_MAX_ACTIVE_JOBS_PER_USER queued + running (lab runs and the demo too)",
     "bench.services.jobs_reap_stale": "one task per job silent BENCH_STALE_S, sent only by the update that requeues it",
     "rag.services.document_upload": "DOCUMENTS_MAX_PER_USER files and DOCUMENTS_MAX_MB_PER_USER MB",
+    "bench.services._imported_job": "IMPORTED_MAX_PER_USER imported runs; MAX_RUNS runs a file of MAX_BYTES",
     "rag.services.document_ingest": "one run per uploaded document (re-queued only when superseded)",
     "rag.services.source_index": "one IndexedSource per (collection, document)",
     "rag.conversations.answer_start": "CHAT_MAX_CONCURRENT_PER_USER answers streaming at once",

@@ -1,5 +1,5 @@
 """Job kinds: one module each (``speed``, ``sweep``, ``load``, ``retrieval``, ``prefix``, ``short``,
-``router_policy``), in a registry.
+``router_policy``; ``imported``, another tool's run read from its file and never run), in a registry.
 
 Importing this package registers the built-in kinds (``bench.kinds.registry`` has the
 registry and what a kind declares). ``config_for(kind, raw)`` reads a kind's settings;
@@ -10,11 +10,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.kinds import load, prefix, registry, retrieval, router_policy, short, speed, sweep
+from bench.kinds import imported, load, prefix, registry, retrieval, router_policy, short, speed, sweep
 from bench.kinds.registry import JobKind, all_kinds, find, get
 from bench.reporting import Reporter
 
-BUILT_IN = (speed.KIND, sweep.KIND, load.KIND, retrieval.KIND, prefix.KIND, short.KIND, router_policy.KIND)
+BUILT_IN = (
+    speed.KIND,
+    sweep.KIND,
+    load.KIND,
+    retrieval.KIND,
+    prefix.KIND,
+    short.KIND,
+    router_policy.KIND,
+    imported.KIND,
+)
 
 __all__ = ["BUILT_IN", "JobKind", "all_kinds", "config_for", "find", "get", "measure", "registry"]
 
@@ -23,10 +32,10 @@ def config_for(kind: str, raw: dict[str, Any], *, max_model_len: int | None = No
     """The typed configuration of a job of ``kind`` from its form or saved settings.
 
     Raises ``configs.ConfigError`` naming the field of the first bad value (the
-    "kind" field for an unknown kind), including a request longer than the engine's
+    "kind" field for an unknown kind or one that is never run), including a request longer than the engine's
     ``max_model_len`` when that is given.
     """
-    job_kind = get(kind)
+    job_kind = registry.get_runnable(kind)
     config = job_kind.config(raw)
     if max_model_len:
         job_kind.checked_length(config, max_model_len)

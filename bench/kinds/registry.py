@@ -162,6 +162,11 @@ class JobKind:
     checks: Callable[[dict[str, Any]], list[Check]] | None = None
     # Refuses a submit on an engine it cannot run from (e.g. too few engines in its pool): ConfigError.
     engines_check: Callable[[str], None] | None = None
+    # False: its jobs are made some other way (e.g. read from another tool's file) and never run;
+    # the form, the command and ``job_create`` offer only runnable kinds.
+    runnable: bool = True
+    # A job's own title from its results (e.g. which tool an imported run came from); None: ``label``.
+    job_label: Callable[[dict[str, Any]], str] | None = None
 
     def default(self) -> Any:
         """The config with every default: what an empty form runs."""
@@ -198,6 +203,10 @@ class JobKind:
     def lab_missing(self, results: dict[str, Any], raw: dict[str, Any]) -> list[str]:
         """What a job (its results, its saved settings) lacks of its lab's minimum settings."""
         return self.lab.lacking(results, self.saved_config(raw)) if self.lab else []
+
+    def title(self, results: dict[str, Any]) -> str:
+        """A job of this kind as its pages name it, in the reader's language."""
+        return self.job_label(results) if self.job_label is not None else str(self.label)
 
     def shown_cell(self, cell: dict[str, Any]) -> str:
         """A cell's name on a page, in the reader's language."""
@@ -292,4 +301,18 @@ def key_label(key: str) -> str:
 
 
 def choices() -> list[tuple[str, Text]]:
+    """Every kind a job row may have (``BenchJob.kind``), runnable or not."""
     return [(kind.name, kind.label) for kind in all_kinds()]
+
+
+def runnable_kinds() -> list[JobKind]:
+    """The kinds a person or the command can start (the form's and ``manage.py bench``'s choices)."""
+    return [kind for kind in all_kinds() if kind.runnable]
+
+
+def get_runnable(name: str) -> JobKind:
+    """``get``, refusing a kind that is never run (ConfigError on the "kind" field)."""
+    kind = get(name)
+    if not kind.runnable:
+        raise configs.ConfigError("kind", _("이 종류의 작업은 실행할 수 없습니다: %(kind)s") % {"kind": name})
+    return kind

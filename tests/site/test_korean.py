@@ -246,7 +246,7 @@ def measured() -> dict[str, dict[str, Any]]:
         # The router policy comparison on the scripted engine twice over, without a router (its own tests run one).
         monkeypatch.setattr(router_policy, "pool_engines", lambda base: [(url, "엔진 1"), (url, "엔진 2")])
         monkeypatch.setattr(router_policy, "routed", lambda policy, urls: contextlib.nullcontext(urls[0]))
-        for kind in registry.all_kinds():
+        for kind in registry.runnable_kinds():  # an imported run is read from a file, never measured
             config = kinds.config_for(kind.name, RAW.get(kind.name, {}))
             reporter = ProgressReporter(aio.keep_going)
             results[kind.name], _ = aio.run(
@@ -330,7 +330,7 @@ def _urls(w: World) -> list[tuple[User | None, str]]:
     s, t, n = w.student, w.teacher, w.newcomer
     sections = ["/chapter/", *(f"/chapter/{slug}/" for slug in _section_slugs())]
     labs = [(who, f"/labs/{number}/") for number in LABS for who in (s, n)]
-    bench = [(s, f"/bench/?kind={kind.name}") for kind in registry.all_kinds()]
+    bench = [(s, f"/bench/?kind={kind.name}") for kind in registry.runnable_kinds()]
     details = [(s, f"/bench/{job.pk}/") for job in [*w.jobs.values(), *w.others]]
     compare = [(s, f"/bench/compare/?ids={job.pk}&ids={w.others[3].pk}") for job in [w.jobs["speed"]]]
     base = f"/classes/{w.room}"

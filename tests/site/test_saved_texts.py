@@ -493,6 +493,7 @@ NOT_KEPT_TEXTS = {
     "record.error = ": "a request's own error as the engine or httpx worded it, kept as it came in the results",
     "run.error = ": "the answer being made: a saving place (``saving_places``), saved by answer_finish",
     "ComponentStatus(": "the status probe's exception, for admins' /status.json and the log; pages show its reason",
+    "Sample(error=": "an imported request's own error as its tool's file words it, kept as it came in the results",
 }
 
 

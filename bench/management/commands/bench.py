@@ -81,7 +81,7 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("kind", choices=[kind.name for kind in registry.all_kinds()])
+        parser.add_argument("kind", choices=[kind.name for kind in registry.runnable_kinds()])
         parser.add_argument("--repeats", type=int, help="requests per cell (default: the kind's own)")
         parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a job setting")
         parser.add_argument("--custom", type=Path, help="the kind's JSONL workload file (load: with workload=custom)")
