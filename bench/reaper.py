@@ -2,10 +2,11 @@
 
 A running job beats (``heartbeat_at``) every few seconds; one silent for longer lost its
 worker (killed, or its machine gone). ``jobs_reap_stale`` (run by the job pages, the lab
-pages, ``job_create`` and every worker's timer, ``bench.tasks.ReapLostJobs``) puts it back in its queue, to start over from nothing on the next free engine
-of its pool, and ``send``s its id (``bench.services.jobs_reap_stale``: a task for it), so it
-does not wait for the broker to deliver the lost worker's task again (Redis gives an
-unacknowledged task back only after its visibility timeout, two hours here). A job lost on
+pages, ``job_create`` and every worker's timer, ``bench.tasks.ReapLostJobs``) puts it back in
+its queue, to start over from nothing on the next free engine of its pool, and ``send``s its id
+(``bench.services.jobs_reap_stale``: a task for it), so it does not wait for the broker to
+deliver the lost worker's task again (Redis gives an unacknowledged task back only after its
+visibility timeout, two hours here). A job lost on
 its ``MAX_ATTEMPTS``-th start fails with the reason instead, keeping what it measured. The
 conditional claim (``bench.jobrun.JobRun.claim``) keeps it from running twice, whichever
 delivery comes first.
