@@ -79,6 +79,9 @@ class BenchJob(said.KeepsError, models.Model):
     # run's results (labapp.labs.outcomes): {"v": code version, "checks": [[passed, applies]],
     # "key_numbers", "key_intervals", "measured"}; {} until first read, stale after a code change.
     lab_summary = models.JSONField(default=dict, blank=True)
+    # Where its numbers came from, read from the engine when the run started (``bench.provenance``):
+    # the engine, its settings and this project's version; {} until a run has started.
+    provenance = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
@@ -97,6 +100,13 @@ class BenchJob(said.KeepsError, models.Model):
         from bench.kinds import registry
 
         return registry.find(self.kind)
+
+    @property
+    def provenance_rows(self) -> list[Any]:
+        """Where its numbers came from, each field as a page shows it (``bench.provenance``); [] when not read."""
+        from bench import provenance
+
+        return provenance.shown_rows(self.provenance) if self.provenance else []
 
     @property
     def active(self) -> bool:

@@ -162,6 +162,9 @@ class JobKind:
     checks: Callable[[dict[str, Any]], list[Check]] | None = None
     # Refuses a submit on an engine it cannot run from (e.g. too few engines in its pool): ConfigError.
     engines_check: Callable[[str], None] | None = None
+    # The routing policies its requests go through, when the run starts vllm-router itself (the
+    # run's provenance, ``bench.provenance``): policies(config), comma-separated.
+    router_policies: Callable[[Any], str] | None = None
 
     def default(self) -> Any:
         """The config with every default: what an empty form runs."""
