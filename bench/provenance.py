@@ -284,8 +284,8 @@ async def read(
 LABELS: tuple[tuple[str, Any], ...] = (
     ("model", gettext_lazy("모델")),
     ("vllm_version", gettext_lazy("vLLM 버전")),
-    ("dtype", gettext_lazy("dtype")),
-    ("kv_cache_dtype", gettext_lazy("KV 캐시 dtype")),
+    ("dtype", gettext_lazy("데이터 타입(dtype)")),
+    ("kv_cache_dtype", gettext_lazy("KV 캐시 데이터 타입")),
     ("max_model_len", gettext_lazy("최대 모델 길이")),
     ("block_size", gettext_lazy("KV 블록 크기")),
     ("prefix_caching", gettext_lazy("프리픽스 캐싱")),
@@ -295,11 +295,21 @@ LABELS: tuple[tuple[str, Any], ...] = (
     ("router", gettext_lazy("라우터")),
     ("router_policy", gettext_lazy("라우팅 정책")),
     ("hardware", gettext_lazy("하드웨어 표시")),
-    ("device", gettext_lazy("CPU/GPU")),
+    ("device", gettext_lazy("CPU 또는 GPU")),
     ("engine_url", gettext_lazy("엔진 주소")),
     ("project_version", gettext_lazy("이 프로젝트의 버전")),
     ("read_at", gettext_lazy("읽은 때")),
 )
+
+
+def on_off_none() -> tuple[str, ...]:
+    """Our own words for a value, in the reader's language (shown as words, not as the engine's data)."""
+    return (
+        str(pgettext_lazy("켜짐/꺼짐", "켜짐")),
+        str(pgettext_lazy("켜짐/꺼짐", "꺼짐")),
+        str(pgettext_lazy("라우터", "없음")),
+        str(UNKNOWN),
+    )
 
 
 def shown_value(key: str, value: Any) -> str:
@@ -322,6 +332,11 @@ class Row:
     value: str
     known: bool
 
+    @property
+    def reported(self) -> bool:
+        """The value is the engine's own word (a version, a name, a dtype), not one of ours (on, unknown)."""
+        return self.known and self.value not in (on_off_none())
+
 
 def _known(key: str, value: Any) -> bool:
     """Whether something reported the field (the router's "" is a finding: none answered)."""
@@ -341,14 +356,14 @@ def shown_rows(saved: dict[str, Any] | None) -> list[Row]:
     return [Row(key, str(label), shown_value(key, found[key]), _known(key, found[key])) for key, label in LABELS]
 
 
-def differences(saved: list[dict[str, Any] | None]) -> list[tuple[str, list[str]]]:
-    """(label, each run's value) of the fields whose values differ between the runs (when they were read
+def differences(saved: list[dict[str, Any] | None]) -> list[tuple[str, list[Row]]]:
+    """(label, each run's row) of the fields whose values differ between the runs (when they were read
     is left out: two runs always differ there)."""
-    per_run = [{row.key: row.value for row in shown_rows(one)} for one in saved]
+    per_run = [{row.key: row for row in shown_rows(one)} for one in saved]
     return [
         (str(label), [run[key] for run in per_run])
         for key, label in LABELS
-        if key != "read_at" and len({run[key] for run in per_run}) > 1
+        if key != "read_at" and len({run[key].value for run in per_run}) > 1
     ]
 
 

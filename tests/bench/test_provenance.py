@@ -232,7 +232,8 @@ def test_the_job_page_shows_where_its_numbers_came_from_in_korean_and_english() 
     client = Client()
     client.force_login(owner)
     korean = client.get(f"/bench/{job.pk}/").content.decode()
-    assert "어디서 나온 숫자인가" in korean and "0.32.0" in korean and "bfloat16" in korean
+    assert "어디서 나온 숫자인가" in korean and "<dd><code>0.32.0</code></dd>" in korean and "bfloat16" in korean
+    assert "<dt>라우터</dt><dd>없음</dd>" in korean and "<dt>라우팅 정책</dt><dd>없음</dd>" in korean  # none answered
     assert 'data-field="hardware" data-known="false"><dt>하드웨어 표시</dt><dd>알 수 없음</dd>' in korean
     assert 'data-field="prefix_caching" data-known="true"><dt>프리픽스 캐싱</dt><dd>켜짐</dd>' in korean
     client.cookies["django_language"] = "en"
@@ -241,7 +242,7 @@ def test_the_job_page_shows_where_its_numbers_came_from_in_korean_and_english() 
     assert "<dt>Hardware label</dt><dd>unknown</dd>" in english and "<dt>Prefix caching</dt><dd>on</dd>" in english
     partly = _done_job(owner, dtype=None, unread=["/server_info?config_format=json: HTTP 404"])
     page = client.get(f"/bench/{partly.pk}/").content.decode()
-    assert "<dt>dtype</dt><dd>unknown</dd>" in page and "/server_info?config_format=json: HTTP 404" in page
+    assert "<dt>Data type (dtype)</dt><dd>unknown</dd>" in page and "/server_info?config_format=json: HTTP 404" in page
 
 
 @pytest.mark.django_db
@@ -264,7 +265,9 @@ def test_the_compare_page_shows_only_the_fields_that_differ() -> None:
     page = client.get(f"/bench/compare/?ids={first.pk}&ids={second.pk}").content.decode()
     table = page.split('id="provenance-diff"', 1)[1].split("</table>", 1)[0]
     rows = table.count('data-differs="true"')
-    assert rows == 2 and "dtype" in table and "프리픽스 캐싱" in table and "bfloat16" in table and "float32" in table
+    assert rows == 2 and "데이터 타입(dtype)" in table and "프리픽스 캐싱" in table
+    assert "<td><code>bfloat16</code></td><td><code>float32</code></td>" in table
+    assert "<td>켜짐</td><td>꺼짐</td>" in table  # our words, not the engine's: no <code>
     assert "0.32.0" not in table and "2026-12-06" not in table  # same version; when each was read always differs
     client.cookies["django_language"] = "en"
     english = client.get(f"/bench/compare/?ids={first.pk}&ids={second.pk}").content.decode()
@@ -302,7 +305,8 @@ def test_the_lab_result_shows_where_the_checked_runs_numbers_came_from() -> None
     client.force_login(learner)
     page = client.get("/labs/1/").content.decode()
     result = page.split('id="lab-results"', 1)[1]
-    assert "어디서 나온 숫자인가" in result and "<dt>vLLM 버전</dt><dd>0.32.0</dd>" in result
+    assert "어디서 나온 숫자인가" in result and "<dt>vLLM 버전</dt><dd><code>0.32.0</code></dd>" in result
     client.cookies["django_language"] = "en"
     english = client.get("/labs/1/").content.decode().split('id="lab-results"', 1)[1]
-    assert "Where these numbers came from" in english and "<dt>dtype</dt><dd>bfloat16</dd>" in english
+    assert "Where these numbers came from" in english
+    assert "<dt>Data type (dtype)</dt><dd><code>bfloat16</code></dd>" in english
