@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, TextIO
 
+from bench import provenance as provenance_fields
 from bench import runner
 from bench.kinds import registry
 from bench.metrics import summarize
@@ -83,15 +84,21 @@ def records_csv_rows(records: list[RequestRecord]) -> list[dict[str, Any]]:
     return [csv_row(r.as_dict(), index=i) for i, r in enumerate(records)]
 
 
-def write_csv(out: TextIO, rows: Iterable[dict[str, Any]]) -> None:
-    """The requests CSV (a job's export, the command's ``--csv``): a header, then each row.
+def write_csv(out: TextIO, rows: Iterable[dict[str, Any]], *, provenance: dict[str, Any] | None = None) -> None:
+    """The requests CSV (a job's export, the command's ``--csv``): a header, then each row, each with
+    the run's provenance (``bench.provenance``: where its numbers came from) in the last columns.
 
     Errors, finish reasons and generated texts come from the engine and cell names from
     settings: every cell goes through ``csv_safe``, so none of them can be a formula.
     """
-    writer = csv.DictWriter(out, fieldnames=CSV_COLUMNS)
+    _write(out, CSV_COLUMNS, rows, provenance)
+
+
+def _write(out: TextIO, columns: list[str], rows: Iterable[dict[str, Any]], provenance: dict[str, Any] | None) -> None:
+    origin = provenance_fields.csv_values(provenance)
+    writer = csv.DictWriter(out, fieldnames=[*columns, *origin])
     writer.writeheader()
-    writer.writerows({column: csv_safe(value) for column, value in row.items()} for row in rows)
+    writer.writerows({column: csv_safe(value) for column, value in (row | origin).items()} for row in rows)
 
 
 ENGINE_COLUMNS = ["cell", "t_s", "running", "waiting", "kv_cache_usage", "prefix_cache_queries", "prefix_cache_hits",
@@ -123,10 +130,9 @@ def engine_timeline_json(kind: str, results: dict[str, Any]) -> dict[str, list[A
     return {column: [row.get(column) for row in rows] for column in ENGINE_COLUMNS}
 
 
-def write_engine_csv(out: TextIO, rows: Iterable[dict[str, Any]]) -> None:
-    writer = csv.DictWriter(out, fieldnames=ENGINE_COLUMNS)
-    writer.writeheader()
-    writer.writerows({column: csv_safe(value) for column, value in row.items()} for row in rows)
+def write_engine_csv(out: TextIO, rows: Iterable[dict[str, Any]], *, provenance: dict[str, Any] | None = None) -> None:
+    """The engine timeline CSV, each row with the run's provenance in the last columns (as ``write_csv``)."""
+    _write(out, ENGINE_COLUMNS, rows, provenance)
 
 
 def bench_json(
@@ -233,5 +239,7 @@ def job_json(job: Any, *, model: str = "") -> dict[str, Any]:
         "results": job.results,
         "benchmarks": benchmarks,
         "engine_timeline": engine_timeline_json(job.kind, job.results or {}),
+        # Where the numbers came from, read from the engine when the run started; null: not reported.
+        "provenance": provenance_fields.Provenance.from_dict(job.provenance).as_dict(),
     }
     return dict(addresses.scrubbed_data(data))

@@ -18,7 +18,7 @@ from django.conf import settings
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from bench import kinds, reaper
+from bench import kinds, provenance, reaper
 from bench.engine_lock import EngineBusy, EngineLease
 from bench.models import BenchJob
 from labapp import said
@@ -78,6 +78,7 @@ class JobRun:
         self.attempt = 0  # this run's attempt, once claimed
         self.kind = ""
         self.engine_url = ""
+        self.hardware = ""  # the hardware label of the job's queue (its engine's)
         self.raw_config: dict[str, Any] = {}  # as saved on the row
         self.config: Any = None  # the kind's typed config, read from raw_config when measuring starts
         self.done = 0  # requests done of total, as last reported
@@ -153,11 +154,13 @@ class JobRun:
             attempts=self.attempt,
             done_requests=0,
             results={},  # a redelivered job starts over: exactly one set of results
+            provenance={},  # read again when it measures (record_provenance)
             **BenchJob.error_fields(restarted),
         )
         if not claimed:
             return False  # another delivery claimed it first
         self.kind, self.engine_url, self.total = job.kind, engine_url, job.total_requests
+        self.hardware = job.hardware
         self.raw_config = dict(job.config)
         return True
 
@@ -169,10 +172,21 @@ class JobRun:
         try:
             async with asyncio.timeout(JOB_TIME_LIMIT_S + HARD_LIMIT_GRACE_S) as self.limit:
                 model = await vllm_client.engine_model(self.engine_url)
+                await self.record_provenance(model)
                 return await kinds.measure(self.kind, self.config, base_url=self.engine_url, model=model, reporter=self)
         finally:
             stop.set()
             await beating  # ends at once: no database write is left running behind the job
+
+    async def record_provenance(self, model: str) -> None:
+        """Where the numbers come from, read from the engine now and saved on the row; never fails the run."""
+        try:
+            spec = kinds.get(self.kind)
+            policy = spec.router_policies(self.config) if spec.router_policies is not None else None
+            found = await provenance.read(self.engine_url, model=model, hardware=self.hardware, router_policy=policy)
+            await sync_to_async(self.mine.update)(provenance=found.as_dict())
+        except Exception:  # a run's numbers are still its numbers without their provenance
+            logger.exception("bench: job %s could not save its provenance", self.job_id)
 
     async def heartbeat(self, stop: asyncio.Event) -> None:
         """Beat every ``heartbeat_interval()`` until ``stop``, also while a request is slow to answer."""

@@ -79,6 +79,9 @@ class BenchJob(said.KeepsError, models.Model):
     # run's results (labapp.labs.outcomes): {"v": code version, "checks": [[passed, applies]],
     # "key_numbers", "key_intervals", "measured"}; {} until first read, stale after a code change.
     lab_summary = models.JSONField(default=dict, blank=True)
+    # Where its numbers came from, read from the engine when the run started (``bench.provenance``):
+    # the engine, its settings and this project's version; {} until a run has started.
+    provenance = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
@@ -110,6 +113,13 @@ class BenchJob(said.KeepsError, models.Model):
         """Whether the job's kind is one that runs (an imported run is not: it has no engine or progress)."""
         spec = self.kind_spec
         return spec is None or spec.runnable
+
+    @property
+    def provenance_rows(self) -> list[Any]:
+        """Where its numbers came from, each field as a page shows it (``bench.provenance``); [] when not read."""
+        from bench import provenance
+
+        return provenance.shown_rows(self.provenance) if self.provenance else []
 
     @property
     def active(self) -> bool:

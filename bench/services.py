@@ -17,7 +17,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from bench import imports, kinds, pools, reaper
+from bench import imports, kinds, pools, provenance, reaper
 from bench.engine_lock import EngineLease
 from bench.jobrun import JobRun
 from bench.models import BenchJob
@@ -240,5 +240,11 @@ def _imported_job(owner: AbstractBaseUser, found: imports.Imported, file_name: s
         done_requests=len(found.samples),
         total_requests=len(found.samples),
         results=results,
+        # What the file says of where its numbers came from, in the fields every run has; the rest unknown.
+        provenance=provenance.Provenance(
+            engine_url=str(source["endpoint"]) if source.get("endpoint") else None,
+            model=str(source["model"]) if source.get("model") else None,
+            read_at=str(source["date"]) if source.get("date") else None,
+        ).as_dict(),
         finished_at=timezone.now(),
     )

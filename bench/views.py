@@ -14,7 +14,7 @@ from django.utils.http import urlencode
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_POST
 
-from bench import access, charts, comparison, configs, engines, exports, plotting, pools, services, stats
+from bench import access, charts, comparison, configs, engines, exports, plotting, pools, provenance, services, stats
 from bench.forms import ImportForm, JobForm
 from bench.imports import NotImportable
 from bench.imports import registry as importers
@@ -165,13 +165,14 @@ def bench_compare(request: HttpRequest) -> HttpResponse:
     if len(chosen) < 2:
         error = str(gettext_lazy("비교하려면 작업을 두 개 이상 고르세요."))
         return render(request, "bench/compare.html", {"jobs": chosen, "error": error}, status=400)
+    context: dict[str, Any] = {"provenance_diff": provenance.differences([j.provenance for j in chosen])}
     if len({j.kind for j in chosen}) > 1 or not all(j.runnable for j in chosen):
         rows = [comparison.pooled(j) for j in chosen]
-        context = {"jobs": chosen, "groups": comparison.kind_groups(chosen), "metrics": comparison.COMMON_METRICS}
+        context |= {"jobs": chosen, "groups": comparison.kind_groups(chosen), "metrics": comparison.COMMON_METRICS}
         context |= {"pooled": rows, "verdicts": comparison.verdicts(rows)}
         return render(request, "bench/compare_kinds.html", context)
     differ, same = settings_diff(chosen)
-    context = {"jobs": chosen, "charts": _charts(chosen[0].kind, chosen), "differ": differ, "same": same}
+    context |= {"jobs": chosen, "charts": _charts(chosen[0].kind, chosen), "differ": differ, "same": same}
     return render(request, "bench/compare.html", context | {"noise": noise_rows(chosen)})
 
 
@@ -191,9 +192,9 @@ def bench_export(request: HttpRequest, job_id: int, fmt: str) -> HttpResponse:
     else:
         out = io.StringIO()
         if fmt == "engine.csv":
-            exports.write_engine_csv(out, exports.engine_rows(job.kind, job.results or {}))
+            exports.write_engine_csv(out, exports.engine_rows(job.kind, job.results or {}), provenance=job.provenance)
         else:
-            exports.write_csv(out, exports.csv_rows(job.kind, job.results))
+            exports.write_csv(out, exports.csv_rows(job.kind, job.results), provenance=job.provenance)
         response = HttpResponse(out.getvalue(), content_type="text/csv; charset=utf-8")
     name = f"bench-{job.pk}-engine.csv" if fmt == "engine.csv" else f"bench-{job.pk}.{fmt}"
     response["Content-Disposition"] = f'attachment; filename="{name}"'

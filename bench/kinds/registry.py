@@ -167,6 +167,9 @@ class JobKind:
     runnable: bool = True
     # A job's own title from its results (e.g. which tool an imported run came from); None: ``label``.
     job_label: Callable[[dict[str, Any]], str] | None = None
+    # The routing policies its requests go through, when the run starts vllm-router itself (the
+    # run's provenance, ``bench.provenance``): policies(config), comma-separated.
+    router_policies: Callable[[Any], str] | None = None
 
     def default(self) -> Any:
         """The config with every default: what an empty form runs."""

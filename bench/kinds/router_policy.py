@@ -407,5 +407,6 @@ KIND = registry.register(
         cell_line=cell_line,
         checks=checks,
         engines_check=engines_check,
+        router_policies=lambda config: ", ".join(config.policy_list),
     )
 )

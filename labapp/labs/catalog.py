@@ -229,7 +229,19 @@ def stored_check(stored: dict[str, Any]) -> Check:
     )
 
 
-JOB_FIELDS = ("pk", "owner_id", "kind", "lab", "status", "config", "prediction", "engine_url", "lab_summary")
+# provenance: small (a few hundred bytes), and the lab page shows the checked run's.
+JOB_FIELDS = (
+    "pk",
+    "owner_id",
+    "kind",
+    "lab",
+    "status",
+    "config",
+    "prediction",
+    "engine_url",
+    "lab_summary",
+    "provenance",
+)
 JOB_TIMES = ("created_at", "started_at", "finished_at", "done_requests", "total_requests")
 
 

@@ -6,6 +6,7 @@ import json
 from io import StringIO
 
 import pytest
+from django.conf import settings
 from django.core.management import call_command
 
 from bench import runner
@@ -63,6 +64,16 @@ def test_a_length_sweep_job_on_the_real_engine_fits_rising_lines(engine: str, mo
     assert fits["decode_vs_output"]["slope"] > 0  # each output token costs about one TPOT
     assert fits["prefill_speed"] > 0 and fits["tpot_ms"] > 0
     assert all(c["median_cached_tokens"] == 0 for c in done.results["cells"])  # unique prompts: no cache hits
+    # Where the numbers came from, read from the real engine when the run started (bench.provenance).
+    from labapp.ops.stack.components import engine_dtype, has_nvidia_gpu
+    from rag.vllm import client as vllm_client
+
+    origin = done.provenance
+    assert origin["vllm_version"] == vllm_client.engine_info(url=engine).version != "?"
+    assert origin["prefix_caching"] is True and origin["max_model_len"] and origin["block_size"]
+    if settings.VLLM_EMBEDDED:  # the harness's engine runs in development mode: /server_info answers
+        assert origin["dtype"] == engine_dtype(has_nvidia_gpu())  # as the harness started it (--dtype)
+        assert origin["chunked_prefill"] is not None and origin["tensor_parallel_size"] == 1 and origin["device"]
 
 
 @pytest.mark.django_db

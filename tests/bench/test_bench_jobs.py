@@ -166,6 +166,8 @@ def test_the_bench_command_prints_the_speeds_and_writes_json_and_csv(
     assert "prefill" in out.getvalue() and "estimate on 40/6" in out.getvalue()
     assert len(json.loads((tmp_path / "r.json").read_text())["results"]["cells"]) == 4
     assert len((tmp_path / "r.csv").read_text().strip().splitlines()) == 1 + SMALL.total_requests
+    assert json.loads((tmp_path / "r.json").read_text())["provenance"]["vllm_version"] == "fake"  # read at its start
+    assert ",provenance_dtype," in (tmp_path / "r.csv").read_text().splitlines()[0]
 
 
 def test_a_line_fit_matches_hand_computed_values() -> None:

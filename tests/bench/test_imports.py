@@ -300,3 +300,17 @@ def test_a_learner_keeps_a_bounded_number_of_imported_runs(monkeypatch: pytest.M
     refused = upload(client, "b.json", fixture("vllm_bench_serve.json"))
     assert refused.status_code == 400 and "가져온 결과는 한 사람에 1개까지입니다" in refused.content.decode()
     assert BenchJob.objects.filter(owner=learner).count() == 1
+
+
+@pytest.mark.django_db
+def test_an_imported_run_carries_what_its_file_says_of_its_origin_into_the_provenance_diff() -> None:
+    learner, client = signed_in("origin")
+    lab = _lab_run(learner, [0.05, 0.06, 0.055, 0.052, 0.058])
+    upload(client, "guidellm.json", fixture("guidellm.json"))
+    imported = BenchJob.objects.get(owner=learner, kind="imported")
+    said = imported.results["imported"]["source"]
+    assert imported.provenance["model"] == said["model"] and imported.provenance["engine_url"] == said["endpoint"]
+    assert imported.provenance["vllm_version"] is None  # the file does not say: unknown, never guessed
+    page = client.get("/bench/compare/", {"ids": [lab.pk, imported.pk]}).content.decode()
+    diff = page.split('id="provenance-diff"')[1].split("</table>")[0]
+    assert said["endpoint"] in diff and "알 수 없음" in diff

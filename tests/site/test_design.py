@@ -32,6 +32,7 @@ LANDMARK_ROLES = frozenset({"navigation", "complementary", "region", "form", "se
 
 # The walk of every page, with its world of real objects, is test_korean's (one list of the site's pages).
 measured = test_korean.measured
+readings = test_korean.readings
 world = test_korean.world
 stubbed_status = test_korean.stubbed_status
 

@@ -28,7 +28,7 @@ from django.test import Client, RequestFactory
 from django.utils import translation
 from django.views import defaults
 
-from bench import kinds
+from bench import kinds, provenance
 from bench.kinds import registry, router_policy
 from bench.models import BenchJob
 from bench.reporting import ProgressReporter
@@ -255,6 +255,17 @@ def measured() -> dict[str, dict[str, Any]]:
     return results
 
 
+@pytest.fixture(scope="module")
+def readings() -> list[dict[str, Any]]:
+    """Two runs' provenance (``bench.provenance``), read from the scripted engine: in development mode,
+    and outside it (its config unknown, its /server_info and /metrics named as unread)."""
+    found = []
+    for dev_mode in (True, False):
+        with scripted.serve(scripted.Script(dev_mode=dev_mode, metrics=dev_mode)) as url:
+            found.append(aio.run(provenance.read(url, model=MODEL, hardware="2코어 CPU")).as_dict())
+    return found
+
+
 @dataclass
 class World:
     teacher: User
@@ -266,7 +277,9 @@ class World:
     conversation: Conversation
 
 
-def _jobs(owner: User, measured: dict[str, dict[str, Any]]) -> tuple[dict[str, BenchJob], list[BenchJob]]:
+def _jobs(
+    owner: User, measured: dict[str, dict[str, Any]], readings: list[dict[str, Any]]
+) -> tuple[dict[str, BenchJob], list[BenchJob]]:
     jobs = {}
     for name, results in measured.items():
         config = kinds.get(name).config(RAW.get(name, {}))
@@ -274,6 +287,7 @@ def _jobs(owner: User, measured: dict[str, dict[str, Any]]) -> tuple[dict[str, B
         jobs[name] = BenchJob.objects.create(
             owner=owner, kind=name, engine_url="http://engine-a:8000", status="done", results=results,
             config=json.loads(json.dumps(raw, default=list)), done_requests=3, total_requests=3,
+            provenance=readings[0],
         )  # fmt: skip
     others = [
         BenchJob.objects.create(owner=owner, kind="speed", engine_url="http://engine-a:8000", status=status, **extra)
@@ -281,7 +295,7 @@ def _jobs(owner: User, measured: dict[str, dict[str, Any]]) -> tuple[dict[str, B
             ("queued", {}),
             ("running", {"done_requests": 2, "total_requests": 9, "current_cell": "입력 20 / 출력 4"}),
             ("failed", {"error": "엔진에 연결하지 못했습니다"}),
-            ("cancelled", {"results": measured["speed"]}),
+            ("cancelled", {"results": measured["speed"], "provenance": readings[1]}),
         )
     ]
     return jobs, others
@@ -306,14 +320,14 @@ def _chat(owner: User) -> Conversation:
 
 
 @pytest.fixture
-def world(db: None, settings: Any, measured: dict[str, dict[str, Any]]) -> World:
+def world(db: None, settings: Any, measured: dict[str, dict[str, Any]], readings: list[dict[str, Any]]) -> World:
     settings.LAB_MODE = "class"
     call_command("load_chapter", verbosity=0)
     teacher, student, newcomer = (User.objects.create_user(username=name) for name in USERS)
     room = class_services.classroom_create(name="가반", instructor=teacher)
     Membership.objects.create(classroom=room, user=student)
     Membership.objects.create(classroom=room, user=newcomer)
-    jobs, others = _jobs(student, measured)
+    jobs, others = _jobs(student, measured, readings)
     return World(teacher, student, newcomer, room.pk, jobs, others, _chat(student))
 
 

@@ -17,9 +17,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from bench import configs, exports, kinds
+from bench import configs, exports, kinds, provenance
 from bench.kinds import registry
 from bench.models import BenchJob
 from rag.vllm import client as vllm_client
@@ -98,6 +99,8 @@ class Command(BaseCommand):
         except OSError as exc:
             raise CommandError(str(exc)) from exc
         base = vllm_client.base_url()
+        policy = kind.router_policies(config) if kind.router_policies is not None else None
+        found = asyncio.run(provenance.read(base, model=settings.VLLM_MODEL or "", router_policy=policy))
         try:
             results, _cancelled = run_once(kind, config, base_url=base)
         except vllm_client.EngineUnavailable as exc:
@@ -109,8 +112,9 @@ class Command(BaseCommand):
             self.stdout.write(line)
         if options["json"]:
             job = BenchJob(kind=kind.name, config=raw, engine_url=base, results=results, status="done")
+            job.provenance = found.as_dict()
             data = exports.job_json(job, model=str(results.get("model", "")))
             options["json"].write_text(json.dumps(data, indent=1, ensure_ascii=False))
         if options["csv"]:
             with options["csv"].open("w", newline="") as out:
-                exports.write_csv(out, exports.csv_rows(kind.name, results))
+                exports.write_csv(out, exports.csv_rows(kind.name, results), provenance=found.as_dict())

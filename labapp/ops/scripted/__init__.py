@@ -32,8 +32,10 @@ on every chunk as well with ``continuous_usage_stats`` (our client asks for both
 Also ``GET /health``, ``/v1/models``, ``/version``, ``/metrics`` (Prometheus text:
 running and waiting requests (``Script.max_streams`` caps the running ones), TTFT and
 queue-time histograms, prefix-cache counters, KV-cache usage, generation tokens and
-tokens per engine step (one per streamed token)) and ``POST /tokenize`` (400 for chat
-messages unless ``chat_template``).
+tokens per engine step (one per streamed token), and vLLM's ``vllm:cache_config_info`` gauge
+with the script's cache settings), ``/server_info`` (vLLM's development-mode configuration:
+dtype, chunked prefill, parallel sizes, the CPU's name; ``Script.dev_mode`` False: 404) and
+``POST /tokenize`` (400 for chat messages unless ``chat_template``).
 
 ``Script.prefix_cache`` (``--prefix-cache``; ``prefix_cache.PrefixCache``) makes it a
 replica with its own prefix cache: cached tokens are the prompt's longest block-aligned

