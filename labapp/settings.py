@@ -62,6 +62,8 @@ INSTALLED_APPS = [
     "rag",
     "bench",
     "labapp.ops",
+    "lti_tool",  # django-lti: LMS registrations, deployments, keys, launches
+    "lti",
 ]
 
 # The layers that set security headers come first: a response made by a layer (the 413 below, a
