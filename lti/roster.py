@@ -42,6 +42,8 @@ def roster_sync(*, course: CourseClass) -> Synced:
     except (LtiException, requests.RequestException) as exc:
         log.warning("roster of course %s not fetched: %s", course.pk, exc)
         raise RosterUnavailable(str(exc)) from exc
+    for member in members:
+        member.setdefault("status", "Active")  # NRPS: optional, Active when absent (django-lti reads it)
     context.update_memberships(members)  # django-lti's LtiUser and LtiMembership rows
     added = 0
     active = LtiMembership.objects.filter(context=context, is_active=True).select_related("user")

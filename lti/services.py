@@ -39,14 +39,19 @@ def account_for(lti_user: LtiUser) -> User:
     """The lab account of an LMS user (made at their first launch or roster sync): no password, the LMS signs in."""
     if lti_user.auth_user_id is not None:
         return User.objects.get(pk=lti_user.auth_user_id)
-    user, created = User.objects.get_or_create(
-        username=_username(lti_user),
-        defaults={"first_name": lti_user.given_name[:150], "last_name": lti_user.family_name[:150]},
-    )
-    if created:
-        user.email = lti_user.email
-        user.set_unusable_password()
-        user.save(update_fields=["email", "password"])
+    name = _username(lti_user)
+    user = User.objects.filter(username=name).first()
+    if user is None:
+        try:
+            with transaction.atomic():
+                user = User.objects.create_user(  # no password (unusable): the LMS signs them in
+                    name,
+                    email=lti_user.email,
+                    first_name=lti_user.given_name[:150],
+                    last_name=lti_user.family_name[:150],
+                )
+        except IntegrityError:  # the same user's first launch twice at once
+            user = User.objects.get(username=name)
     lti_user.auth_user = user
     lti_user.save(update_fields=["auth_user", "datetime_modified"])
     return user

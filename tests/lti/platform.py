@@ -259,12 +259,12 @@ class Platform:
                 {
                     "user_id": p.sub,
                     "roles": p.roles,
-                    "status": p.status,
                     "given_name": p.given_name,
                     "family_name": p.family_name,
                     "name": p.name,
                     "email": p.email,
                 }
+                | ({} if p.status == "Active" else {"status": p.status})  # optional in NRPS: Active if absent
                 for p in self.members
             ],
         }

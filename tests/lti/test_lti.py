@@ -217,3 +217,14 @@ def test_a_replayed_launch_is_refused(platform: Platform, registration: Any, cli
     anna = LtiUser.objects.get(sub=ANNA.sub).auth_user
     assert replayed.status_code == 400 and "이미 쓰인 실행" in replayed.content.decode()
     assert anna is not None and stranger.session.get("_auth_user_id") != str(anna.pk)
+
+
+def test_a_launch_from_a_deployment_not_turned_on_is_refused_and_changes_nothing(
+    platform: Platform, registration: Any, client: Client
+) -> None:
+    registration.deployments.update(is_active=False)
+    link = _placed(platform, 1)
+    counts = [m.objects.count() for m in (User, LtiUser, Classroom, Membership, LabLink)]
+    response = _launch(client, platform, registration, platform.prepare(ANNA, link=link, target=LAUNCH))
+    assert response.status_code == 400 and "배포를 켜야 합니다" in response.content.decode()
+    assert [m.objects.count() for m in (User, LtiUser, Classroom, Membership, LabLink)] == counts

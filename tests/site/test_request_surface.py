@@ -35,7 +35,12 @@ _FIELD = re.compile(r"""\bname=["']([A-Za-z_][\w-]*)["']""")
 def parameter_names() -> list[str]:
     """Every parameter name a view reads or a template's form sends."""
     found: set[str] = set()
-    for path in [*ROOT.glob("labapp/**/*.py"), *ROOT.glob("bench/**/*.py"), *ROOT.glob("rag/**/*.py"), *ROOT.glob("lti/**/*.py")]:
+    for path in [
+        *ROOT.glob("labapp/**/*.py"),
+        *ROOT.glob("bench/**/*.py"),
+        *ROOT.glob("rag/**/*.py"),
+        *ROOT.glob("lti/**/*.py"),
+    ]:
         found |= set(_READ.findall(path.read_text(encoding="utf-8")))
     for path in ROOT.glob("templates/**/*.html"):
         found |= set(_FIELD.findall(path.read_text(encoding="utf-8")))
