@@ -35,8 +35,9 @@ def score_of(submission: LabSubmission) -> float:
 
 
 def links_for(submission: LabSubmission) -> QuerySet[LabLink]:
-    """The placed links of this lab in the courses where the learner learns."""
-    return LabLink.objects.filter(
+    """The placed links of this lab with a grade column, in the courses where the learner learns (a link
+    the LMS gave no column, an ungraded activity, waits for no score)."""
+    return LabLink.objects.exclude(lineitem_url="").filter(
         lab=submission.lab,
         resource_link__context__course_class__classroom__memberships__user_id=submission.user_id,
         resource_link__context__course_class__classroom__memberships__role=Membership.Role.LEARNER,
@@ -50,8 +51,8 @@ def _post(link: LabLink, submission: LabSubmission, score: float) -> str:
     lti_user = LtiUser.objects.filter(registration=registration, auth_user_id=submission.user_id).first()
     if lti_user is None:
         return GradeSend.Failure.NO_LMS_USER
-    if not link.lineitem_url or not context.can_publish_scores:
-        return GradeSend.Failure.NO_COLUMN
+    if not context.can_publish_scores:
+        return GradeSend.Failure.NO_SCOPE
     grade = (
         Grade()
         .set_score_given(score)

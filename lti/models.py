@@ -52,7 +52,7 @@ class GradeSend(models.Model):
         NONE = "", _("없음")
         UNREACHABLE = "unreachable", _("LMS에 연결하지 못했습니다")
         REFUSED = "refused", _("LMS가 점수를 받지 않았습니다")
-        NO_COLUMN = "no_column", _("이 링크에 성적 열이 없습니다")
+        NO_SCOPE = "no_scope", _("LMS가 이 도구에 점수 쓰기를 허용하지 않았습니다")
         NO_LMS_USER = "no_lms_user", _("이 학습자는 LMS에서 이 링크를 연 적이 없습니다")
 
     submission = models.ForeignKey(

@@ -228,3 +228,18 @@ def test_a_launch_from_a_deployment_not_turned_on_is_refused_and_changes_nothing
     response = _launch(client, platform, registration, platform.prepare(ANNA, link=link, target=LAUNCH))
     assert response.status_code == 400 and "배포를 켜야 합니다" in response.content.decode()
     assert [m.objects.count() for m in (User, LtiUser, Classroom, Membership, LabLink)] == counts
+
+
+def test_a_lab_placed_without_a_grade_column_is_handed_in_without_a_score_or_a_warning(
+    platform: Platform, registration: Any, client: Client
+) -> None:
+    link = Link(id="ungraded", title="실습 1", custom={"lab": "1"}, lineitem="")
+    platform.links[link.id] = link
+    _launch(client, platform, registration, platform.prepare(ANNA, link=link, target=LAUNCH))
+    user = LtiUser.objects.get(sub=ANNA.sub).auth_user
+    BenchJob.objects.create(
+        owner=user, kind=LABS[1].job_kind, engine_url="http://e", status="done", lab=1, results=GOOD[1]
+    )
+    page = client.post("/labs/1/submit/", {"reflection": "답"}, follow=True).content.decode()
+    assert "제출했습니다" in page and "LMS" not in page.split('class="messages"')[1].split("</ul>")[0]
+    assert LabSubmission.objects.filter(user=user).exists() and not GradeSend.objects.exists() and not platform.scores
