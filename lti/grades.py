@@ -37,11 +37,15 @@ def score_of(submission: LabSubmission) -> float:
 def links_for(submission: LabSubmission) -> QuerySet[LabLink]:
     """The placed links of this lab with a grade column, in the courses where the learner learns (a link
     the LMS gave no column, an ungraded activity, waits for no score)."""
-    return LabLink.objects.exclude(lineitem_url="").filter(
-        lab=submission.lab,
-        resource_link__context__course_class__classroom__memberships__user_id=submission.user_id,
-        resource_link__context__course_class__classroom__memberships__role=Membership.Role.LEARNER,
-    ).distinct()
+    return (
+        LabLink.objects.exclude(lineitem_url="")
+        .filter(
+            lab=submission.lab,
+            resource_link__context__course_class__classroom__memberships__user_id=submission.user_id,
+            resource_link__context__course_class__classroom__memberships__role=Membership.Role.LEARNER,
+        )
+        .distinct()
+    )
 
 
 def _post(link: LabLink, submission: LabSubmission, score: float) -> str:
