@@ -24,11 +24,11 @@ from django.contrib.auth.models import User
 
 from bench.models import BenchJob, Engine
 from labapp.labs.catalog import LABS
-from labapp.models import LabSubmission
+from labapp.models import Assignment, LabSubmission
 from labapp.ops import scripted
 from lti.models import GradeSend
 from tests.lti.conftest import register
-from tests.lti.platform import LEARNER, Link, Person, Platform, PlatformServer, start_url
+from tests.lti.platform import INSTRUCTOR, LEARNER, Link, Person, Platform, PlatformServer, start_url
 from tests.settings import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser]
@@ -144,4 +144,27 @@ def test_a_learner_launched_from_the_lms_runs_and_hands_in_a_lab_and_the_lms_get
     assert score["scoreGiven"] == sent.score and score["scoreMaximum"] == 100
     assert sent.sent_at is not None
     print(f"\nlab {LAB} run {job.pk} handed in; the LMS got {score['scoreGiven']}/{score['scoreMaximum']}")
+    page.close()
+
+
+@pytest.mark.timeout(120)
+def test_an_instructor_adds_a_lab_to_the_course_by_deep_linking_and_the_lms_gets_the_signed_link(
+    course: Course, browser: Any
+) -> None:
+    site, platform = course.site, course.platform
+    teacher = Person(f"t-{course.learner.sub}", "Tae", "Park", [INSTRUCTOR])
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    hint = platform.prepare(teacher, message="LtiDeepLinkingRequest", target=f"{site}/lti/launch/")
+    page.goto(start_url(platform, f"{site}/lti/init/{course.registration.uuid}/", hint))
+    page.wait_for_selector("#lti-choose")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "lti-deep-link-choose-ko-1280.png"))
+    page.check("#lti-choose input[value='4']")
+    page.click("#lti-choose button[type=submit]")
+    # The signed answer posts itself back to the LMS (lti/static/lti/deep_link.js, under the site's CSP).
+    page.wait_for_url(f"{platform.base}/deep_link_return")
+    assert page.locator("li.dl-link").inner_text() == str(LABS[4].title)
+    (link,) = [found for found in platform.links.values() if found.custom == {"lab": "4"}]
+    assert link.lineitem in platform.lineitems and platform.lineitems[link.lineitem]["scoreMaximum"] == 100
+    assert Assignment.objects.filter(classroom__lti_course__context__id_on_platform=platform.context_id, lab=4).exists()
     page.close()

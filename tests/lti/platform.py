@@ -349,9 +349,9 @@ class _Handler(BaseHTTPRequestHandler):
             try:
                 links = platform.receive_deep_link(form["JWT"])
             except (KeyError, StopIteration, ValueError, jwt.InvalidTokenError) as exc:
-                return self._send(400, f"<p id='dl-error'>{html.escape(str(exc))}</p>", "text/html")
+                return self._send(400, f"<p id='dl-error'>{html.escape(str(exc))}</p>", "text/html; charset=utf-8")
             titles = "".join(f"<li class='dl-link'>{html.escape(link.title)}</li>" for link in links)
-            return self._send(200, f"<!doctype html><h1>Course links</h1><ul>{titles}</ul>", "text/html")
+            return self._send(200, f"<!doctype html><h1>Course links</h1><ul>{titles}</ul>", "text/html; charset=utf-8")
         if not self._authorized():
             return self._send(401, {"error": "unauthorized"})
         line = f"{platform.base}{url.path.removesuffix('/scores')}"
