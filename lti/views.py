@@ -14,7 +14,6 @@ from django.contrib import messages
 from django.contrib.auth import login
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
-from django.core.cache import cache
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -24,9 +23,8 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 from lti_tool.constants import SESSION_KEY
 from lti_tool.models import LtiLaunch
-from lti_tool.utils import DjangoToolConfig, get_launch_from_request, sync_data_from_launch
+from lti_tool.utils import DjangoToolConfig, sync_data_from_launch
 from lti_tool.views import LtiLaunchBaseView, OIDCLoginInitView
-from pylti1p3.contrib.django.launch_data_storage.cache import DjangoCacheDataStorage
 from pylti1p3.contrib.django.oidc_login import DjangoOIDCLogin
 from pylti1p3.deep_link_resource import DeepLinkResource
 from pylti1p3.exception import LtiException, OIDCException
@@ -34,12 +32,11 @@ from pylti1p3.lineitem import LineItem
 
 from labapp.classes import access
 from labapp.labs.catalog import LABS
-from lti import grades, refusals, roster, services
+from lti import grades, launches, refusals, roster, services
 from lti.models import CourseClass
 
 log = logging.getLogger(__name__)
 BACKEND = "django.contrib.auth.backends.ModelBackend"
-NONCE_KEPT_S = 3600  # longer than any id_token lives (the emulator's and the LMSs' live minutes)
 DEEP_LINKING_SETTINGS = "https://purl.imsglobal.org/spec/lti-dl/claim/deep_linking_settings"
 
 
@@ -59,7 +56,7 @@ class LoginInitView(OIDCLoginInitView):
         login_ = DjangoOIDCLogin(  # type: ignore[no-untyped-call]
             request,
             DjangoToolConfig(registration_uuid),
-            launch_data_storage=DjangoCacheDataStorage(),  # type: ignore[no-untyped-call]
+            launch_data_storage=launches.storage(),
         )
         try:
             return login_.disable_check_cookies().redirect(self.get_redirect_url(target))  # type: ignore[no-any-return]
@@ -74,15 +71,13 @@ class LaunchView(LtiLaunchBaseView):
 
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         try:
-            launch = get_launch_from_request(request)
+            launch = launches.checked(request)
         except LtiException as exc:
             log.warning("LTI launch refused: %s", exc)
             return refused(request, refusals.reason(str(exc)))
         if not launch.deployment.is_active:
             return refused(request, refusals.inactive())
-        # PyLTI1p3 accepts the same id_token again while its state and nonce are cached (a reload); a
-        # launch is taken once, so a token copied to another browser signs no one in.
-        if not cache.add(f"lti-nonce-used:{launch.get_claim('nonce')}", True, timeout=NONCE_KEPT_S):
+        if not launches.first_use(str(launch.get_claim("nonce"))):
             return refused(request, refusals.reason("nonce used"))
         sync_data_from_launch(launch)  # django-lti's rows: user, context, membership, resource link
         user = services.account_for(launch.user)
@@ -132,7 +127,7 @@ def deep_link_choose(request: HttpRequest) -> HttpResponse:
     if not launch_id:
         return refused(request, refusals.reason("state"))
     try:
-        launch = get_launch_from_request(request, launch_id)
+        launch = launches.kept(request, launch_id)
     except LtiException as exc:
         log.warning("deep-linking choice without its launch: %s", exc)
         return refused(request, refusals.reason("state"))
