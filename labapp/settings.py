@@ -62,6 +62,8 @@ INSTALLED_APPS = [
     "rag",
     "bench",
     "labapp.ops",
+    "lti_tool",  # django-lti: LMS registrations, deployments, keys, launches
+    "lti",
 ]
 
 # The layers that set security headers come first: a response made by a layer (the 413 below, a
@@ -271,7 +273,13 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 2 * 3600}
 CELERY_RESULT_EXPIRES = 3600
 
-CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    # LTI's login state, nonces and launches (lti/launches.py): one launch's login initiation and its
+    # form post may reach two web processes (docker/compose.yaml's nginx spreads them), so they live
+    # in the stack's Redis, shared by every process.
+    "lti": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL, "KEY_PREFIX": "lti"},
+}
 
 # Sign-in throttling (django-axes): 5 wrong passwords for one username from one address lock
 # that pair out for 15 minutes (the page says so, in Korean: registration/locked_out.html);

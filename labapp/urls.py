@@ -25,6 +25,7 @@ urlpatterns = [
     path("", include("labapp.classes.urls")),  # sign-up, sign-in, sign-out, password change, classes
     path("", include("rag.urls")),
     path("", include("bench.urls")),
+    path("lti/", include("lti.urls")),
     path("i18n/", include("django.conf.urls.i18n")),
     path("admin/", admin.site.urls),
 ]

@@ -95,3 +95,5 @@ else:
     # The web servers the run starts share the run's Redis, as a class server's do.
     SIGNUP_LIMITS_REDIS_URL = ""
     CHAT_ADMISSION_REDIS_URL = ""  # likewise the chat admission (tests/rag/test_admission.py names it)
+    # and LTI's launches (tests/lti/ run in this process; the browser tests' web server uses Redis)
+    CACHES = {**CACHES, "lti": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "lti"}}  # noqa: F405

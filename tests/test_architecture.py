@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-APPS = ("labapp", "rag", "bench")
+APPS = ("labapp", "rag", "bench", "lti")
 ALLOWED_CYCLES = [{f"{app}.services", f"{app}.tasks"} for app in APPS]
-WEBSITE = ("labapp.chapter", "labapp.labs", "labapp.classes", "labapp.status", "labapp.ops", "labapp.urls")
+WEBSITE = ("labapp.chapter", "labapp.labs", "labapp.classes", "labapp.status", "labapp.ops", "labapp.urls", "lti")
 ENTRY_POINT_PARTS = ("views", "consumers", "tasks", "urls", "asgi", "management", "admin")
 MAX_LINES = 60
 LONG_MARK = "longer than 60 lines"

@@ -14,7 +14,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-APPS = ("labapp", "rag", "bench")
+APPS = ("labapp", "rag", "bench", "lti")
 SKIPPED = ("migrations", "management", "ops")  # schema, operator commands and self-measuring tools
 MAKES_ROWS = {"create", "create_user", "get_or_create", "update_or_create", "bulk_create", "delay", "apply_async"}
 OUTSIDE = {"vllm_client", "vectorstore", "retrieval", "engines"}
@@ -43,6 +43,13 @@ BOUNDED: dict[str, str] = {
     # rows made at start-up or by commands
     "labapp.accounts.local_user": "local mode's one user, made once",
     "labapp.chapter.services.chapter_load": "one row per chapter file",
+    # rows made by an LMS launch, only after django-lti checked its signed id_token (one nonce, one launch)
+    "lti.services.account_for": "one account per LMS user (registration, sub)",
+    "lti.services.class_for": "one class per LMS course (deployment, context)",
+    "lti.services.member_set": "one row per (user, class)",
+    "lti.services.link_from_launch": "one row per LMS resource link",
+    "lti.services.assignment_place": "instructors' deep-linking launches only; one row per (class, lab)",
+    "lti.grades.send": "one row per (hand-in, LMS grade column); one score request per hand-in or instructor resend",
     # requests out of the process from a page load
     "bench.views_engines.engine_list": "engines.probed: one probe per engine per ENGINE_PROBE_CACHE_S",
     "bench.views.engine_max_model_len": "one 2 s request to the configured engine when a job form is checked",

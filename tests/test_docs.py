@@ -26,7 +26,7 @@ DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").gl
 README_MOST_LINES = 200
 
 # Where a backticked token has to start to be taken for a repository path.
-TOP_LEVEL_DIRS = ("labapp/", "rag/", "bench/", "templates/", "tests/", "docker/", "docs/", "locale/", ".ci/")
+TOP_LEVEL_DIRS = ("labapp/", "rag/", "bench/", "lti/", "templates/", "tests/", "docker/", "docs/", "locale/", ".ci/")
 TOP_LEVEL_FILES = ("Makefile", "Procfile", "manage.py", "pyproject.toml", "README.md", "CONTRIBUTING.md")
 PATH_ENDINGS = (".py", ".md", ".yaml", ".yml", ".toml", ".txt", ".html", ".js", ".css", ".json", ".jsonl", ".po", ".sh")
 # Not in a clone: the embedded stack's data and the browser tests' screenshots are git-ignored.

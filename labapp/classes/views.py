@@ -33,6 +33,7 @@ from labapp.classes.forms import (
 from labapp.labs.catalog import LABS
 from labapp.labs.predict import compare
 from labapp.models import Assignment, Classroom, Membership
+from lti import selectors as lti_selectors
 
 
 def _roster_key(classroom: Classroom) -> str:
@@ -110,6 +111,7 @@ def _detail_context(request: HttpRequest, classroom: Classroom, **extra: Any) ->
         "join_code_form": JoinCodeForm(),
         "code_expired": expired,
         "labs": LABS,
+        "lti": lti_selectors.course_of(classroom),  # the LMS course it was made from, or None
     }
     return context | extra
 

@@ -20,6 +20,7 @@ from labapp.labs import selectors as lab_selectors
 from labapp.labs import services as lab_services
 from labapp.labs.catalog import LABS, Lab, LabState, states_for
 from labapp.labs.forms import RunForm
+from lti import grades as lti_grades
 
 
 def _me(request: HttpRequest) -> int:
@@ -161,4 +162,20 @@ def lab_submit(request: HttpRequest, number: int) -> HttpResponse:
     request.session.pop(f"lab-{number}-draft", None)
     note = " (late)" if done.submission.late else ""
     messages.success(request, str(translation.gettext("제출했습니다.")) + note)
+    _score_to_lms(request, done.submission)
     return redirect("lab_page", number=number)
+
+
+def _score_to_lms(request: HttpRequest, submission: Any) -> None:
+    """A hand-in of a lab placed in an LMS course sends its score there (kept and sent again if it fails)."""
+    sends = lti_grades.send_for(submission=submission)
+    if any(sent.sent_at is None for sent in sends):
+        messages.error(
+            request,
+            translation.gettext(
+                "제출은 저장했지만 점수를 LMS에 보내지 못했습니다. "
+                "다시 제출하거나 강사가 수업 페이지에서 다시 보낼 수 있습니다."
+            ),
+        )
+    elif sends:
+        messages.success(request, translation.gettext("점수를 LMS 성적부에 보냈습니다."))

@@ -35,7 +35,12 @@ _FIELD = re.compile(r"""\bname=["']([A-Za-z_][\w-]*)["']""")
 def parameter_names() -> list[str]:
     """Every parameter name a view reads or a template's form sends."""
     found: set[str] = set()
-    for path in [*ROOT.glob("labapp/**/*.py"), *ROOT.glob("bench/**/*.py"), *ROOT.glob("rag/**/*.py")]:
+    for path in [
+        *ROOT.glob("labapp/**/*.py"),
+        *ROOT.glob("bench/**/*.py"),
+        *ROOT.glob("rag/**/*.py"),
+        *ROOT.glob("lti/**/*.py"),
+    ]:
         found |= set(_READ.findall(path.read_text(encoding="utf-8")))
     for path in ROOT.glob("templates/**/*.html"):
         found |= set(_FIELD.findall(path.read_text(encoding="utf-8")))
@@ -58,6 +63,7 @@ def concrete(route: str, number: int) -> str:
     path = re.sub(r"\(\?P<\w+>\[0-9\]\+\)", str(number), path)
     path = re.sub(r"\(\?P<\w+>\.\*\)", "x", path)
     path = re.sub(r"<slug:\w+>", "prefill-decode", path)
+    path = re.sub(r"<uuid:\w+>", "00000000-0000-4000-8000-000000000001", path)  # an LMS registration's (none)
     path = re.sub(r"<(?:int|path|str):\w+>|<\w+>", str(number), path)
     return "/" + path.replace("^", "").replace("$", "").replace("\\", "")
 
