@@ -546,6 +546,8 @@ async def _stream(
 
 
 def _unreachable(exc: vllm_client.EngineUnavailable) -> str:
+    if exc.routed:  # the router is down, not (necessarily) the engines behind it
+        return _("vLLM 라우터에 연결할 수 없습니다: %(why)s") % {"why": exc}
     return _("vLLM에 연결할 수 없습니다: %(why)s") % {"why": exc}
 
 
@@ -553,6 +555,8 @@ def _engine_error(error: str, stall_timeout_s: float) -> str:
     if error.startswith("HTTP 400"):
         return _("vLLM이 요청을 거절했습니다 (다시 시도하지 않음): %(why)s") % {"why": error}
     if error.startswith(("ConnectError", "ConnectTimeout")):
+        if f"({vllm_client.ROUTER_NAME} at " in error:  # the router is down, not (necessarily) the engines
+            return _("vLLM 라우터에 연결할 수 없습니다: %(why)s") % {"why": error}
         return _("vLLM에 연결할 수 없습니다: %(why)s") % {"why": error}
     if "Timeout" in error:
         return _("vLLM이 %(s).0f초 동안 응답하지 않았습니다: %(why)s") % {"s": stall_timeout_s, "why": error}

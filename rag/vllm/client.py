@@ -47,6 +47,16 @@ class EngineUnavailable(RuntimeError):
         super().__init__(addresses.scrubbed(message))  # it names the engine: never with its credentials
         self.reason: Failure = reason
         self.detail = detail[:120]
+        self.routed = message.startswith(ROUTER_NAME)  # the router in front of the engines did not answer
+
+
+ROUTER_NAME = "vllm-router"
+
+
+def server_name(url: str) -> str:
+    """What answers at ``url``, as an error names it: the router when it is the chat's router, else vLLM."""
+    routed = bool(settings.LAB_ROUTER) and url.rstrip("/") == str(settings.ROUTER_URL).rstrip("/")
+    return ROUTER_NAME if routed else "vLLM"
 
 
 @dataclass(frozen=True)
@@ -173,22 +183,22 @@ def _unreachable(url: str, exc: BaseException, timeout: float) -> EngineUnavaila
     kind = _as_httpx(exc)
     if issubclass(kind, TimeoutError | httpx.TimeoutException):
         return EngineUnavailable(
-            f"vLLM at {url}: no answer within {timeout:g} s", reason="timeout", detail=kind.__name__
+            f"{server_name(url)} at {url}: no answer within {timeout:g} s", reason="timeout", detail=kind.__name__
         )
-    return EngineUnavailable(f"vLLM at {url}: {explain(exc)}", detail=kind.__name__)
+    return EngineUnavailable(f"{server_name(url)} at {url}: {explain(exc)}", detail=kind.__name__)
 
 
 def _answered(response: httpx.Response, url: str) -> httpx.Response:
     """The response if it is a success, else EngineUnavailable naming its status."""
     if not response.is_success:
         where = f"{response.request.url.path}: HTTP {response.status_code}"
-        raise EngineUnavailable(f"vLLM at {url}: {where}", reason="http_status", detail=where)
+        raise EngineUnavailable(f"{server_name(url)} at {url}: {where}", reason="http_status", detail=where)
     return response
 
 
 def _not_openai(url: str, where: str) -> EngineUnavailable:
     return EngineUnavailable(
-        f"vLLM at {url}: {where} is not an OpenAI-compatible answer", reason="not_openai", detail=where
+        f"{server_name(url)} at {url}: {where} is not an OpenAI-compatible answer", reason="not_openai", detail=where
     )
 
 
@@ -218,12 +228,12 @@ def _version(response: httpx.Response) -> str:
 def _info(url: str, models: httpx.Response, version: httpx.Response, wanted: str | None) -> EngineInfo:
     cards = _cards(models, url)
     if not cards:
-        raise EngineUnavailable(f"vLLM at {url} serves no model", reason="no_model")
+        raise EngineUnavailable(f"{server_name(url)} at {url} serves no model", reason="no_model")
     served = [str(c["id"]) for c in cards]
     card = next((c for c in cards if c["id"] == wanted), None) if wanted else cards[0]
     if card is None:
         raise EngineUnavailable(
-            f"vLLM at {url} does not serve the model {wanted!r} (it serves {', '.join(served)})",
+            f"{server_name(url)} at {url} does not serve the model {wanted!r} (it serves {', '.join(served)})",
             reason="model_missing",
             detail=f"{wanted!r} ∉ {', '.join(served)}",
         )
@@ -337,7 +347,7 @@ async def engine_model(url: str) -> str:
             response.raise_for_status()
             return str(response.json()["data"][0]["id"])
     except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
-        raise EngineUnavailable(f"vLLM at {url}: {explain(exc)}") from exc
+        raise EngineUnavailable(f"{server_name(url)} at {url}: {explain(exc)}") from exc
 
 
 def model_name() -> str:
@@ -586,7 +596,7 @@ async def _stream(
                 if answered or attempt == 2 or not issubclass(_as_httpx(exc), _DROPPED):
                     raise
     except (httpx.HTTPError, json.JSONDecodeError) as exc:
-        record.error = f"{explain(exc)} (vLLM at {http.base_url})"
+        record.error = f"{explain(exc)} ({server_name(str(http.base_url))} at {http.base_url})"
     finally:
         record.t_end = time.perf_counter()
     if record.error:  # saved with the job's results and shown: never with an address's credentials

@@ -983,3 +983,25 @@ def test_an_ask_cancelled_or_closed_while_waiting_gives_its_place_back_and_never
         assert frames[-1]["type"] == "done" and frames[-1]["answer"]["status"] == "stopped"
     engine = admission.gate.local.engines[settings.VLLM_BASE_URL.rstrip("/")]
     assert not engine.held and not engine.line, "a place was not given back"
+
+
+def test_a_chat_through_a_router_that_is_down_names_the_router_not_vllm(settings: Any) -> None:
+    """The rehearsal's router fault: a question asked while vllm-router was down said "vLLM에 연결할 수 없습니다"
+    with the router's address, blaming the engines behind it, which were up."""
+    from django.utils import translation
+
+    from tests.settings import free_port
+
+    dead = f"http://127.0.0.1:{free_port()}"
+    settings.LAB_ROUTER, settings.ROUTER_URL = True, dead
+    with pytest.raises(vllm_client.EngineUnavailable) as raised:
+        vllm_client.engine_info(url=dead, timeout=2)
+    assert raised.value.routed and str(raised.value).startswith(f"vllm-router at {dead}")
+    assert chat._unreachable(raised.value).startswith("vLLM 라우터에 연결할 수 없습니다: vllm-router at")
+    streamed = f"ConnectError: [Errno 111] Connection refused (vllm-router at {dead})"
+    assert chat._engine_error(streamed, 60).startswith("vLLM 라우터에 연결할 수 없습니다")
+    with translation.override("en"):
+        assert chat._unreachable(raised.value).startswith("Cannot reach the vLLM router")
+    settings.LAB_ROUTER = False  # the same address as an engine: vLLM's
+    assert vllm_client.server_name(dead) == "vLLM"
+    assert chat._engine_error(streamed.replace("vllm-router", "vLLM"), 60).startswith("vLLM에 연결할 수 없습니다")
