@@ -333,6 +333,14 @@ class Admission:
 
     async def enter(self, ticket: Ticket) -> Place:
         """Take a slot, or a place in the line, or be refused (nothing kept)."""
+        line = await self._step(ticket)
+        place = self.place(ticket, line)
+        if place.state == "refused" and line.state == "waiting":
+            await self.leave(ticket, None)  # in line, but the wait is over the limit: out at once
+        return place
+
+    async def _step(self, ticket: Ticket) -> Line:
+        """The ticket's turn in the store now: held, in line, or refused, under the configured limits."""
         line: Line = await self._off_loop(
             "step",
             ticket,
@@ -340,10 +348,7 @@ class Admission:
             line_max=int(settings.CHAT_LINE_MAX),
             per_user=int(settings.CHAT_MAX_CONCURRENT_PER_USER),
         )
-        place = self.place(ticket, line)
-        if place.state == "refused" and line.state == "waiting":
-            await self.leave(ticket, None)  # in line, but the wait is over the limit: out at once
-        return place
+        return line
 
     def place(self, ticket: Ticket, line: Line) -> Place:
         """What ``line`` means for the learner: the expected wait, and a refusal with its retry time."""
@@ -383,13 +388,7 @@ class Admission:
                     await asyncio.wait_for(nudge.wait(), POLL_S)
                 except TimeoutError:
                     pass
-                line: Line = await self._off_loop(
-                    "step",
-                    ticket,
-                    clock(),
-                    line_max=int(settings.CHAT_LINE_MAX),
-                    per_user=int(settings.CHAT_MAX_CONCURRENT_PER_USER),
-                )
+                line = await self._step(ticket)
                 place = self.place(ticket, line)
                 if place.state == "refused" and place.reason == "slow":
                     place = Place("waiting", line.position, place.wait_s, slots=place.slots)  # in line already
