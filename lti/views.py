@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import login
 from django.contrib.auth.decorators import login_required
@@ -17,6 +18,7 @@ from django.contrib.auth.models import User
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils import translation
 from django.utils.decorators import method_decorator
 from django.utils.translation import gettext as _
 from django.views.decorators.csrf import csrf_exempt
@@ -38,6 +40,7 @@ from lti.models import CourseClass
 log = logging.getLogger(__name__)
 BACKEND = "django.contrib.auth.backends.ModelBackend"
 DEEP_LINKING_SETTINGS = "https://purl.imsglobal.org/spec/lti-dl/claim/deep_linking_settings"
+PRESENTATION = "https://purl.imsglobal.org/spec/lti/claim/launch_presentation"
 
 
 def refused(request: HttpRequest, reason: str) -> HttpResponse:
@@ -65,6 +68,33 @@ class LoginInitView(OIDCLoginInitView):
             return refused(request, refusals.reason(str(exc)))
 
 
+def lms_language(request: HttpRequest, launch: LtiLaunch) -> str | None:
+    """The language the LMS shows this person (the launch's ``launch_presentation.locale``: "en-US" →
+    "en"), or None: no locale, one the site does not speak, or a language already chosen on this site
+    (their choice here wins)."""
+    locale = (launch.get_claim(PRESENTATION) or {}).get("locale")
+    if not locale or settings.LANGUAGE_COOKIE_NAME in request.COOKIES:
+        return None
+    try:
+        return translation.get_supported_language_variant(str(locale).lower())
+    except LookupError:
+        return None
+
+
+def language_kept(response: HttpResponse, language: str | None) -> HttpResponse:
+    """``response`` with the LMS's language kept for the pages after it, as the site's switch keeps it."""
+    if language is not None:
+        response.set_cookie(
+            settings.LANGUAGE_COOKIE_NAME,
+            language,
+            max_age=settings.LANGUAGE_COOKIE_AGE,
+            samesite=settings.LANGUAGE_COOKIE_SAMESITE,
+            secure=settings.LANGUAGE_COOKIE_SECURE,
+            httponly=settings.LANGUAGE_COOKIE_HTTPONLY,
+        )
+    return response
+
+
 @method_decorator(csrf_exempt, name="dispatch")
 class LaunchView(LtiLaunchBaseView):
     """The LMS's launch: checked first, then the LMS user signed in to their account in the course's class."""
@@ -83,10 +113,13 @@ class LaunchView(LtiLaunchBaseView):
         user = services.account_for(launch.user)
         login(request, user, backend=BACKEND)
         request.session[SESSION_KEY] = launch.get_launch_id()
+        language = lms_language(request, launch)
+        if language is not None:
+            translation.activate(language)  # this response's page too (the deep-link choice)
         if launch.is_deep_link_launch:
-            return self.deep_linking(request, launch, user)
+            return language_kept(self.deep_linking(request, launch, user), language)
         if launch.is_resource_launch:
-            return self.resource(request, launch, user)
+            return language_kept(self.resource(request, launch, user), language)
         return refused(request, _("이 실습실은 이 종류의 LMS 요청을 다루지 않습니다."))
 
     def resource(self, request: HttpRequest, launch: LtiLaunch, user: User) -> HttpResponse:
@@ -153,9 +186,9 @@ def deep_link_choose(request: HttpRequest) -> HttpResponse:
         .set_custom_params({services.LAB_CLAIM: str(lab.number)})
         .set_lineitem(item)
     )
-    settings = launch.get_claim(DEEP_LINKING_SETTINGS) or {}
+    linking = launch.get_claim(DEEP_LINKING_SETTINGS) or {}
     context = {
-        "return_url": settings.get("deep_link_return_url", ""),
+        "return_url": linking.get("deep_link_return_url", ""),
         "jwt": launch.get_message_launch().get_deep_link().get_response_jwt([resource]),
         "lab": lab,
     }

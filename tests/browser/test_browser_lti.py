@@ -168,3 +168,31 @@ def test_an_instructor_adds_a_lab_to_the_course_by_deep_linking_and_the_lms_gets
     assert link.lineitem in platform.lineitems and platform.lineitems[link.lineitem]["scoreMaximum"] == 100
     assert Assignment.objects.filter(classroom__lti_course__context__id_on_platform=platform.context_id, lab=4).exists()
     page.close()
+
+
+@pytest.mark.timeout(120)
+def test_the_lms_pages_read_in_the_lms_language_and_a_refused_launch_says_why(course: Course, browser: Any) -> None:
+    """What an instructor of an English course sees (the LMS's locale carried by the launch) and what a
+    learner sees when the LMS's launch is refused (here: it expired on the way), at both widths."""
+    site, platform = course.site, course.platform
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    teacher = Person(f"t-{course.learner.sub}", "Tae", "Park", [INSTRUCTOR], locale="en-US")
+    for width in (1280, 1920):
+        context = browser.new_context(viewport={"width": width, "height": 1080})
+        page = context.new_page()
+        hint = platform.prepare(teacher, message="LtiDeepLinkingRequest", target=f"{site}/lti/launch/")
+        page.goto(start_url(platform, f"{site}/lti/init/{course.registration.uuid}/", hint))
+        page.wait_for_selector("#lti-choose")
+        assert page.locator("h1").inner_text() == "Choose a lab to add to the course"
+        assert page.locator("#lti-choose button[type=submit]").inner_text() == "Add to the course"
+        page.screenshot(path=str(ARTIFACTS / f"lti-deep-link-choose-en-{width}.png"), full_page=True)
+        for language, words in (("ko", "유효 시간이 지났습니다"), ("en", "expired")):
+            context.add_cookies([{"name": "django_language", "value": language, "url": site}])
+            expired = {"exp": int(time.time()) - 600, "iat": int(time.time()) - 900}
+            hint = platform.prepare(course.learner, link=course.link, target=f"{site}/lti/launch/", claims=expired)
+            page.goto(start_url(platform, f"{site}/lti/init/{course.registration.uuid}/", hint))
+            page.wait_for_selector("#lti-refused")
+            assert words in page.locator("#lti-refused").inner_text()
+            page.screenshot(path=str(ARTIFACTS / f"lti-refused-{language}-{width}.png"), full_page=True)
+        context.close()
+    assert not User.objects.filter(lti_users__sub=course.learner.sub).exists()  # the refused launches made no one

@@ -54,6 +54,7 @@ class Person:
     family_name: str
     roles: list[str]
     status: str = "Active"
+    locale: str = ""  # the language the LMS shows them ("en-US"), sent as launch_presentation.locale
 
     @property
     def name(self) -> str:
@@ -82,6 +83,7 @@ class Pending:
     message: str
     link: Link | None
     target: str
+    claims: dict[str, Any] = field(default_factory=dict)  # the id_token's claims changed (an expired exp)
 
 
 @dataclass
@@ -124,10 +126,15 @@ class Platform:
 
     # The course page: a launch is first a pending message, then a login initiation.
     def prepare(
-        self, person: Person, message: str = "LtiResourceLinkRequest", link: Link | None = None, target: str = ""
+        self,
+        person: Person,
+        message: str = "LtiResourceLinkRequest",
+        link: Link | None = None,
+        target: str = "",
+        claims: dict[str, Any] | None = None,
     ) -> str:
         hint = secrets.token_hex(8)
-        self.pending[hint] = Pending(person, message, link, target)
+        self.pending[hint] = Pending(person, message, link, target, claims or {})
         return hint
 
     def login_params(self, hint: str) -> dict[str, str]:
@@ -150,7 +157,7 @@ class Platform:
         if pending.person.sub != params.get("login_hint"):
             raise ValueError("login_hint is not the launching user")
         key = overrides.pop("key", self.key)
-        claims = self.claims(pending, params["nonce"], params["redirect_uri"]) | overrides
+        claims = self.claims(pending, params["nonce"], params["redirect_uri"]) | pending.claims | overrides
         token = jwt.encode(
             claims, key.export_to_pem(private_key=True, password=None), algorithm="RS256", headers={"kid": key.key_id}
         )
@@ -185,6 +192,8 @@ class Platform:
             LTI + "tool_platform": {"guid": "emulated-lms", "name": "Emulated LMS", "product_family_code": "emulator"},
             NRPS_CLAIM: {"context_memberships_url": f"{self.base}/memberships", "service_versions": ["2.0"]},
         }
+        if person.locale:
+            claims[LTI + "launch_presentation"] = {"locale": person.locale, "document_target": "window"}
         if pending.message == "LtiDeepLinkingRequest":
             claims[DL_SETTINGS] = {
                 "deep_link_return_url": f"{self.base}/deep_link_return",

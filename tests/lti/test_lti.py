@@ -107,6 +107,45 @@ def test_deep_linking_returns_a_signed_response_placing_the_chosen_lab_with_its_
     assert refused.status_code == 400 and "강사만" in refused.content.decode()
 
 
+PRESENTATION = "https://purl.imsglobal.org/spec/lti/claim/launch_presentation"
+
+
+def test_a_launch_opens_the_site_in_the_language_the_lms_shows_unless_one_was_chosen_here(
+    platform: Platform, registration: Any, client: Client
+) -> None:
+    link = _placed(platform, 1)
+    english = {PRESENTATION: {"locale": "en-US", "document_target": "window"}}
+    anna = Person(ANNA.sub, ANNA.given_name, ANNA.family_name, ANNA.roles, locale="en-US")  # as the LMS sends it
+    response = _launch(client, platform, registration, platform.prepare(anna, link=link, target=LAUNCH))
+    assert response.status_code == 302 and response.cookies[settings.LANGUAGE_COOKIE_NAME].value == "en"
+    assert "Run this lab" in client.get("/labs/1/").content.decode()
+    # The deep-link choice is the launch's own response: drawn in the LMS's language already.
+    chooser = _launch(
+        Client(),
+        platform,
+        registration,
+        platform.prepare(TEACHER, message="LtiDeepLinkingRequest", target=LAUNCH),
+        **english,
+    )
+    assert "Add to the course" in chooser.content.decode()
+    # A language chosen on this site wins; one the site does not speak leaves Korean.
+    chose = Client()
+    chose.cookies[settings.LANGUAGE_COOKIE_NAME] = "ko"
+    kept = _launch(chose, platform, registration, platform.prepare(ANNA, link=link, target=LAUNCH), **english)
+    assert (
+        settings.LANGUAGE_COOKIE_NAME not in kept.cookies and "이 실습 실행" in chose.get("/labs/1/").content.decode()
+    )
+    french = Client()
+    _launch(
+        french,
+        platform,
+        registration,
+        platform.prepare(ANNA, link=link, target=LAUNCH),
+        **{PRESENTATION: {"locale": "fr-FR"}},
+    )
+    assert settings.LANGUAGE_COOKIE_NAME not in french.cookies
+
+
 def test_a_hand_in_posts_the_learners_score_to_the_lms_grade_column(
     platform: Platform, registration: Any, client: Client
 ) -> None:
