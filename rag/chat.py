@@ -483,7 +483,9 @@ async def answer_run(run: AnswerRun, send: Send, retrieving: Awaitable[list[prom
             # The engine went away (or stalled): the next ask asks it again at once instead of
             # trusting the cached info, so it fails before retrieval and names the cause.
             engine_cache_clear()
-        run.error = _engine_error(run.record.error, run.stall_timeout_s)
+        run.error = _engine_error(
+            run.record.error, run.stall_timeout_s, vllm_client.server_name(run.engine.request_url)
+        )
         return
     await _measure_prompt(run)
 
@@ -551,11 +553,12 @@ def _unreachable(exc: vllm_client.EngineUnavailable) -> str:
     return _("vLLM에 연결할 수 없습니다: %(why)s") % {"why": exc}
 
 
-def _engine_error(error: str, stall_timeout_s: float) -> str:
+def _engine_error(error: str, stall_timeout_s: float, server: str) -> str:
+    """The learner's words for a stream's ``error`` from ``server`` (vLLM, or the router in front of it)."""
     if error.startswith("HTTP 400"):
         return _("vLLM이 요청을 거절했습니다 (다시 시도하지 않음): %(why)s") % {"why": error}
     if error.startswith(("ConnectError", "ConnectTimeout")):
-        if f"({vllm_client.ROUTER_NAME} at " in error:  # the router is down, not (necessarily) the engines
+        if server == vllm_client.ROUTER_NAME:  # the router is down, not (necessarily) the engines
             return _("vLLM 라우터에 연결할 수 없습니다: %(why)s") % {"why": error}
         return _("vLLM에 연결할 수 없습니다: %(why)s") % {"why": error}
     if "Timeout" in error:

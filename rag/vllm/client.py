@@ -40,14 +40,28 @@ class EngineUnavailable(RuntimeError):
 
     ``reason`` sorts the failure; ``detail`` is a short technical note without the raw
     exception text (an HTTP status, a content type, an exception's class name), fit for
-    the people who register engines. The message itself is for logs and the status page.
+    the people who register engines. ``server`` is what did not answer: vLLM, or the router
+    in front of the chat's engines. The message itself is for logs and the status page.
     """
 
-    def __init__(self, message: str, *, reason: Failure = "unreachable", detail: str = "") -> None:
+    def __init__(
+        self, message: str, *, reason: Failure = "unreachable", detail: str = "", server: str = "vLLM"
+    ) -> None:
         super().__init__(addresses.scrubbed(message))  # it names the engine: never with its credentials
         self.reason: Failure = reason
         self.detail = detail[:120]
-        self.routed = message.startswith(ROUTER_NAME)  # the router in front of the engines did not answer
+        self.server = server
+
+    @classmethod
+    def at(cls, url: str, what: str, *, reason: Failure = "unreachable", detail: str = "") -> EngineUnavailable:
+        """The failure of what answers at ``url`` (vLLM or the router), named so: "vLLM at URL: what"."""
+        server = server_name(url)
+        return cls(f"{server} at {url}: {what}", reason=reason, detail=detail, server=server)
+
+    @property
+    def routed(self) -> bool:
+        """The router in front of the engines did not answer (not, necessarily, the engines)."""
+        return self.server == ROUTER_NAME
 
 
 ROUTER_NAME = "vllm-router"
@@ -182,24 +196,20 @@ async def probe(url: str, *, wanted: str | None = None, timeout: float = 2.0) ->
 def _unreachable(url: str, exc: BaseException, timeout: float) -> EngineUnavailable:
     kind = _as_httpx(exc)
     if issubclass(kind, TimeoutError | httpx.TimeoutException):
-        return EngineUnavailable(
-            f"{server_name(url)} at {url}: no answer within {timeout:g} s", reason="timeout", detail=kind.__name__
-        )
-    return EngineUnavailable(f"{server_name(url)} at {url}: {explain(exc)}", detail=kind.__name__)
+        return EngineUnavailable.at(url, f"no answer within {timeout:g} s", reason="timeout", detail=kind.__name__)
+    return EngineUnavailable.at(url, explain(exc), detail=kind.__name__)
 
 
 def _answered(response: httpx.Response, url: str) -> httpx.Response:
     """The response if it is a success, else EngineUnavailable naming its status."""
     if not response.is_success:
         where = f"{response.request.url.path}: HTTP {response.status_code}"
-        raise EngineUnavailable(f"{server_name(url)} at {url}: {where}", reason="http_status", detail=where)
+        raise EngineUnavailable.at(url, where, reason="http_status", detail=where)
     return response
 
 
 def _not_openai(url: str, where: str) -> EngineUnavailable:
-    return EngineUnavailable(
-        f"{server_name(url)} at {url}: {where} is not an OpenAI-compatible answer", reason="not_openai", detail=where
-    )
+    return EngineUnavailable.at(url, f"{where} is not an OpenAI-compatible answer", reason="not_openai", detail=where)
 
 
 def _cards(models: httpx.Response, url: str) -> list[dict[str, Any]]:
@@ -228,12 +238,13 @@ def _version(response: httpx.Response) -> str:
 def _info(url: str, models: httpx.Response, version: httpx.Response, wanted: str | None) -> EngineInfo:
     cards = _cards(models, url)
     if not cards:
-        raise EngineUnavailable(f"{server_name(url)} at {url} serves no model", reason="no_model")
+        raise EngineUnavailable.at(url, "serves no model", reason="no_model")
     served = [str(c["id"]) for c in cards]
     card = next((c for c in cards if c["id"] == wanted), None) if wanted else cards[0]
     if card is None:
-        raise EngineUnavailable(
-            f"{server_name(url)} at {url} does not serve the model {wanted!r} (it serves {', '.join(served)})",
+        raise EngineUnavailable.at(
+            url,
+            f"does not serve the model {wanted!r} (it serves {', '.join(served)})",
             reason="model_missing",
             detail=f"{wanted!r} ∉ {', '.join(served)}",
         )
@@ -347,7 +358,7 @@ async def engine_model(url: str) -> str:
             response.raise_for_status()
             return str(response.json()["data"][0]["id"])
     except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
-        raise EngineUnavailable(f"{server_name(url)} at {url}: {explain(exc)}") from exc
+        raise EngineUnavailable.at(url, explain(exc)) from exc
 
 
 def model_name() -> str:
@@ -509,7 +520,7 @@ async def count_tokens(texts: list[str], *, model: str, client: httpx.AsyncClien
 
         return list(await asyncio.gather(*(one(text) for text in texts)))
     except httpx.HTTPError as exc:
-        raise EngineUnavailable(f"vLLM at {base_url()}: {explain(exc)}") from exc
+        raise EngineUnavailable.at(base_url(), explain(exc)) from exc
 
 
 async def reset_prefix_cache(client: httpx.AsyncClient) -> str:
@@ -547,7 +558,7 @@ async def has_chat_template(model: str, *, client: httpx.AsyncClient | None = No
                 "/tokenize", json={"model": model, "messages": [{"role": "user", "content": "hi"}]}, timeout=_SHORT
             )
         except httpx.HTTPError as exc:
-            raise EngineUnavailable(f"vLLM at {base_url()}: {explain(exc)}") from exc
+            raise EngineUnavailable.at(base_url(), explain(exc)) from exc
         _chat_template[key] = response.status_code == 200
     return _chat_template[key]
 

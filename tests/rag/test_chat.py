@@ -999,9 +999,12 @@ def test_a_chat_through_a_router_that_is_down_names_the_router_not_vllm(settings
     assert raised.value.routed and str(raised.value).startswith(f"vllm-router at {dead}")
     assert chat._unreachable(raised.value).startswith("vLLM 라우터에 연결할 수 없습니다: vllm-router at")
     streamed = f"ConnectError: [Errno 111] Connection refused (vllm-router at {dead})"
-    assert chat._engine_error(streamed, 60).startswith("vLLM 라우터에 연결할 수 없습니다")
+    assert chat._engine_error(streamed, 60, vllm_client.server_name(dead)).startswith(
+        "vLLM 라우터에 연결할 수 없습니다"
+    )
     with translation.override("en"):
         assert chat._unreachable(raised.value).startswith("Cannot reach the vLLM router")
     settings.LAB_ROUTER = False  # the same address as an engine: vLLM's
     assert vllm_client.server_name(dead) == "vLLM"
-    assert chat._engine_error(streamed.replace("vllm-router", "vLLM"), 60).startswith("vLLM에 연결할 수 없습니다")
+    streamed = streamed.replace("vllm-router", "vLLM")
+    assert chat._engine_error(streamed, 60, vllm_client.server_name(dead)).startswith("vLLM에 연결할 수 없습니다")

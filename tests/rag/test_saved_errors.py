@@ -81,7 +81,7 @@ def _failed_answer(owner: User) -> Answer:
         stall_timeout_s=5,
     )
     with translation.override("ko"):
-        run.error = chat._engine_error(ENGINE_ERROR, run.stall_timeout_s)
+        run.error = chat._engine_error(ENGINE_ERROR, run.stall_timeout_s, "vLLM")
         return conversations.answer_finish(answer_id=answer.pk, run=run, status=Answer.Status.FAILED)
 
 
