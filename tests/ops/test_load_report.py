@@ -116,3 +116,21 @@ def test_each_round_has_its_job_and_one_not_done_fails_the_run() -> None:
     late = JOB | {"status": "running", "requests": "5/8", "seconds": None}
     report = _report(FIRST, [JOB, late])
     assert report["job"] == late and loadtest.failures(report) == [f"benchmark job: {late}"]
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--sokets", "5"]], ids=["help", "mistyped option"])
+def test_make_load_reads_its_options_before_starting_any_part_of_the_stack(
+    argv: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`python -m labapp.ops.loadtest --help` started Redis, Chroma, an engine (5 minutes), a worker and a
+    web server before printing its usage."""
+    from labapp.ops.loadtest import __main__ as entry
+    from labapp.ops.stack import launch
+
+    def started(*_: Any, **__: Any) -> list[Any]:
+        raise AssertionError("the stack was started before the options were read")
+
+    monkeypatch.setattr(launch, "start_missing", started)
+    with pytest.raises(SystemExit) as leaving:
+        entry.main(argv)
+    assert leaving.value.code == (0 if argv == ["--help"] else 2)

@@ -21,7 +21,14 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "labapp.settings")
 
 def main(argv: list[str]) -> int:
     django.setup()
+    from labapp.ops.management.commands.load_test import Command
 
+    # Its options are read before anything starts: --help, or a mistyped option, answers at once
+    # instead of after the engine's minutes of start-up (so marked, Django's parser prints its usage
+    # and exits on a bad option instead of raising CommandError).
+    command = Command()
+    command._called_from_command_line = True  # type: ignore[attr-defined]
+    command.create_parser("make", "load").parse_args(argv)
     started = launch.start_missing(
         ("redis", "chroma", "engine", "worker", "web"), Path(settings.DATA_DIR) / "load" / "logs", tag="load"
     )
