@@ -403,15 +403,53 @@ def _brief_tokens_check(normal: dict[str, Any], brief: dict[str, Any]) -> Check:
     return Check(name, shorter > longer, shown)
 
 
+def coverage_lost(normal: dict[str, Any], brief: dict[str, Any]) -> dict[str, Any]:
+    """Per question, the share of its normal answer's evidence the brief answer lost (0.25: a quarter;
+    negative: it held more; a question whose normal answer held none is left out): the median, its 95 %
+    interval and how many questions."""
+    both = [(a[1].get("coverage"), b[1].get("coverage")) for a, b in _paired(normal, brief)]
+    values = [1 - float(theirs) / float(mine) for mine, theirs in both if mine and theirs is not None]
+    return {"median": median(values), "ci": stats.median_ci(values), "n": len(values)}
+
+
 def _brief_coverage_check(normal: dict[str, Any], brief: dict[str, Any]) -> Check:
-    """The brief answers keep most of the evidence, judged only when the normal answers hold it."""
+    """The brief answers keep most of the evidence, judged only when the normal answers hold it, and only
+    when the questions say it either way: the share lost per question, with its interval, against the
+    share allowed (``1 - COVERAGE_KEPT``). A few questions whose interval
+    straddles the allowance say "can't tell" rather than a verdict the next run may reverse."""
     name = _("짧게 지시한 답도 근거를 지킴 (보통 답 근거 포함률의 70% 이상)")
     held, kept = normal.get("answer_coverage") or 0, brief.get("answer_coverage") or 0
     if not (normal and brief):
         return Check(name, False, _("보통 답이나 짧게 지시한 답이 없음"))
     if held <= COVERAGE_FLOOR:
         return not_applicable(name, _no_evidence(held))
-    return Check(name, kept >= COVERAGE_KEPT * held, f"{held:.2f} → {kept:.2f}")
+    lost, allowed = coverage_lost(normal, brief), 1 - COVERAGE_KEPT
+    if lost["median"] is None:  # no question answered on both sides with its coverage: the medians alone
+        return Check(name, kept >= COVERAGE_KEPT * held, f"{held:.2f} → {kept:.2f}")
+    low, high = lost["ci"] or [lost["median"], lost["median"]]
+    shown = _(
+        "근거 포함률 보통 → 짧게 지시: %(held)s → %(kept)s; "
+        "질문별로 잃은 몫 %(lost)s (95%% 구간 %(low)s ~ %(high)s), 허용 %(allowed)s"
+    ) % {
+        "held": f"{held:.2f}",
+        "kept": f"{kept:.2f}",
+        "lost": f"{100 * lost['median']:.0f}%",
+        "low": f"{100 * low:.0f}%",
+        "high": f"{100 * high:.0f}%",
+        "allowed": f"{100 * allowed:.0f}%",
+    }
+    if high <= allowed:
+        return Check(name, True, shown)
+    if low > allowed:
+        return Check(name, False, shown)
+    why = _(
+        "질문 %(n)d개로는 가릴 수 없음: 잃은 몫의 구간이 허용치를 사이에 둡니다 (%(shown)s). "
+        "질문 수를 늘려 다시 실행하세요"
+    ) % {
+        "n": lost["n"],
+        "shown": shown,
+    }
+    return not_applicable(name, why)
 
 
 def _enough_cap_check(r: dict[str, Any], normal: dict[str, Any]) -> Check:

@@ -13,6 +13,7 @@ import copy
 import dataclasses
 import re
 from collections.abc import Callable, Sequence
+from statistics import median
 from typing import Any
 
 import httpx
@@ -138,7 +139,7 @@ def _asked(output: float, decode: float, ttft: float = 2000.0) -> list[dict[str,
 def _short() -> Run:
     def short(cell: str, max_tokens: int, output: float, decode: float, coverage: float) -> dict[str, Any]:
         fields = {"median_output_tokens": output, "median_decode_ms": decode, "answer_coverage": coverage}
-        answers = [a | {"answer": f"{output:.0f} 토큰의 답"} for a in _answers()]
+        answers = [a | {"answer": f"{output:.0f} 토큰의 답", "coverage": coverage} for a in _answers()]
         capped = 3 if output >= max_tokens else 0
         return _cell(cell=cell, max_tokens=max_tokens, answers=answers, requests=_asked(output, decode), **fields) | {
             "capped": capped,
@@ -216,6 +217,20 @@ def _brief_rows(output: float = 20.0, decode: float = 1300.0, e2el: float | None
 
 DISTURBED = _in_cell(1, disturbed=True, extra_requests=2.0)
 
+
+def _covered(index: int, *coverage: float) -> Mutation:
+    """Cell ``index``'s answers holding ``coverage`` of the evidence, question by question (one value: all)."""
+
+    def mutate(results: Results, config: Any) -> Run:
+        cell = results["cells"][index]
+        shares = coverage * len(cell["answers"]) if len(coverage) == 1 else coverage
+        cell["answers"] = [a | {"coverage": c} for a, c in zip(cell["answers"], shares, strict=True)]
+        cell["answer_coverage"] = median(shares)
+        return results, config
+
+    return mutate
+
+
 MUTATIONS: list[tuple[str, str, Mutation]] = [
     ("speed", ALL_OK, FAILED_REQUEST),
     ("speed", "처음 보는 모양에서 추정이 측정의 15% 이내", _set(check={"estimate_s": 7.0, "error_pct": 32.1})),
@@ -273,7 +288,7 @@ MUTATIONS: list[tuple[str, str, Mutation]] = [
     ),
     ("short", "짧게 지시하면 디코드 시간이 줄어듦", _in_cell(1, requests=_brief_rows(decode=11000.0, e2el=3300.0))),
     ("short", "전체 시간이 줄어듦", _in_cell(1, requests=_brief_rows(e2el=14000.0))),
-    ("short", "짧게 지시한 답도 근거를 지킴 (보통 답 근거 포함률의 70% 이상)", _in_cell(1, answer_coverage=0.5)),
+    ("short", "짧게 지시한 답도 근거를 지킴 (보통 답 근거 포함률의 70% 이상)", _covered(1, 0.5)),
     ("short", "상한을 낮추면 출력 토큰과 디코드 시간이 줄어듦", _in_cell(2, requests=_asked(16.0, 12000.0))),
     ("short", "근거를 지키는 가장 작은 상한을 찾음", _set(enough_cap=None)),
     ("short", SETTINGS, _in_cell(1, answers=_answers(("q0", "q1")))),
@@ -354,8 +369,8 @@ def test_lab6_compares_nothing_when_the_normal_answers_lack_the_evidence() -> No
 
 def test_lab6_evidence_checks_still_fail_when_the_normal_answers_hold_it_and_the_short_ones_lose_it() -> None:
     results, config = _short()
-    for cell in results["cells"]:
-        cell["answer_coverage"] = 0.8 if cell["cell"] == "normal" else 0.1
+    for index, cell in enumerate(results["cells"]):
+        _covered(index, 0.8 if cell["cell"] == "normal" else 0.1)(results, config)
     results["enough_cap"] = None  # the run's summary: no cap kept the evidence
     checked = _checked("short", (results, config))
     for name in (
@@ -364,6 +379,27 @@ def test_lab6_evidence_checks_still_fail_when_the_normal_answers_hold_it_and_the
     ):
         assert checked[name].applies and checked[name].failed
     assert not all_passed(checked.values())
+
+
+def test_lab6_evidence_kept_or_lost_is_judged_question_by_question_and_few_questions_that_cannot_tell_say_so() -> None:
+    """A float32 run (2026-12-06): normal answers held 0.33 of the evidence, brief ones 0.21, so the medians
+    read "lost 36 %" and failed; question by question the brief answers lost 0 %, 17 %, -100 %, 33 %, 50 %
+    and 0 % of their normal answer's evidence, an interval that straddles the 30 % allowed: six questions
+    cannot tell, and the check says so."""
+    results, config = _short()
+    normal = (0.18, 0.43, 0.10, 0.33, 0.33, 0.38)
+    for cell in results["cells"]:
+        cell["answers"] = [{"id": f"q{i}", "question": "?", "answer": "…"} for i in range(6)]
+        cell["requests"] = [cell["requests"][0]] * 6
+    _covered(0, *normal)(results, config)
+    _covered(1, 0.18, 0.36, 0.20, 0.22, 0.17, 0.38)(results, config)
+    check = _checked("short", (results, config))["짧게 지시한 답도 근거를 지킴 (보통 답 근거 포함률의 70% 이상)"]
+    assert not check.applies and "질문 6개로는 가릴 수 없음" in check.message and "허용 30%" in check.message
+    _covered(1, *(n - 0.02 for n in normal))(results, config)  # every answer kept nearly all of it
+    assert _checked("short", (results, config))["짧게 지시한 답도 근거를 지킴 (보통 답 근거 포함률의 70% 이상)"].passed
+    _covered(1, *(n / 3 for n in normal))(results, config)  # every answer lost two thirds
+    lost = _checked("short", (results, config))["짧게 지시한 답도 근거를 지킴 (보통 답 근거 포함률의 70% 이상)"]
+    assert lost.applies and lost.failed
 
 
 def test_lab6_fewer_tokens_under_the_cap_alone_do_not_pass_the_instruction_check() -> None:
