@@ -160,11 +160,11 @@ return {'waiting', rank + 1, held, waiting, durations}
 
 # KEYS: held, line leases. ARGV: now, member, lease seconds. 1 when the place was still there.
 _RENEW = """
-local until = tonumber(ARGV[1]) + tonumber(ARGV[3])
+local lease_end = tonumber(ARGV[1]) + tonumber(ARGV[3])
 for k = 1, 2 do
   local score = redis.call('ZSCORE', KEYS[k], ARGV[2])
   if score and tonumber(score) > tonumber(ARGV[1]) then
-    redis.call('ZADD', KEYS[k], until, ARGV[2])
+    redis.call('ZADD', KEYS[k], lease_end, ARGV[2])
     return 1
   end
 end

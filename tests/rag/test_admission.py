@@ -176,6 +176,27 @@ def test_two_web_processes_share_one_count_in_redis(redis_server: str, limits: A
     _admission_behaves(Admission(RedisStore(redis_server)), Admission(RedisStore(redis_server)), clock)
 
 
+@pytest.mark.parametrize("make", [LocalStore, RedisStore], ids=["process", "redis"])
+def test_a_place_renewed_lasts_another_lease_and_one_gone_is_not_renewed(
+    make: Any, redis_server: str, limits: Any
+) -> None:
+    """Renewing is what keeps an answering (or waiting) place while its answer runs. Redis's renew script
+    named a variable ``until``, a Lua keyword: it never compiled, and the first renewal of every answer
+    sent every web process back to counting alone ("counting in this process only")."""
+    store = make(redis_server) if make is RedisStore else make()
+    key = f"http://engine-{uuid.uuid4().hex}:8000"
+    held, waiting, gone = (Ticket(key=key, user=u, slots=1) for u in (1, 2, 3))
+    assert store.step(held, 100.0, line_max=3, per_user=2).state == "held"
+    assert store.step(waiting, 100.0, line_max=3, per_user=2).state == "waiting"
+    later = 100.0 + admission.LEASE_S - 1
+    assert store.renew(held, later) and store.renew(waiting, later)
+    assert not store.renew(gone, later)
+    # Renewed, both outlive their first lease: the holder keeps its slot, the next in line its place.
+    after = 100.0 + admission.LEASE_S + 1
+    assert store.step(held, after, line_max=3, per_user=2).state == "held"
+    assert store.step(waiting, after, line_max=3, per_user=2).position == 1
+
+
 def test_the_admission_named_redis_by_the_settings_counts_there(redis_server: str, limits: Any, clock: Clock) -> None:
     limits.CHAT_ADMISSION_REDIS_URL = redis_server
     one, two = Admission(), Admission()
