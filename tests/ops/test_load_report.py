@@ -14,6 +14,7 @@ from labapp.ops.loadtest.cast import Cast, Person
 from labapp.ops.loadtest.plan import AskResult, LoadPlan, RoundResult
 from labapp.ops.loadtest.report import report_build
 from labapp.ops.loadtest.search import FirstQuestion
+from tests import aio
 
 PLAN = LoadPlan(sockets=2, tab_pairs=0, browsers=1)
 
@@ -134,3 +135,54 @@ def test_make_load_reads_its_options_before_starting_any_part_of_the_stack(
     with pytest.raises(SystemExit) as leaving:
         entry.main(argv)
     assert leaving.value.code == (0 if argv == ["--help"] else 2)
+
+
+class _Socket:
+    """The chat socket's side of one ask, scripted: the frames the server sends for each ask frame."""
+
+    def __init__(self, replies: list[list[dict[str, Any]]]) -> None:
+        self.replies = replies
+        self.sent: list[dict[str, Any]] = []
+        self.inbox: list[str] = []
+
+    async def send(self, text: str) -> None:
+        import json
+
+        frame = json.loads(text)
+        self.sent.append(frame)
+        if frame["type"] == "ask":
+            self.inbox += [json.dumps(f | {"id": frame["id"]}) for f in self.replies.pop(0)]
+        elif frame["type"] == "client_timing":
+            self.inbox.append(json.dumps({"type": "overhead", "answer_id": frame["answer_id"]}))
+
+    async def recv(self) -> str:
+        return self.inbox.pop(0)
+
+
+def test_a_simulated_learner_turned_away_by_the_chat_admission_asks_again_after_the_retry_time() -> None:
+    """The full-size load test's round ran out its 600 s with 16 asks unanswered and the engine idle: the
+    admission had refused them (line full) and the simulated learner, unlike the page's "ask again"
+    button, waited for an answer that was never coming."""
+    from labapp.ops.loadtest import traffic
+
+    marker = "m-1"
+    answer = {"answer_id": 7, "question": f"q ({marker})", "status": "done", "timings": {}}
+    socket = _Socket(
+        [
+            [{"type": "refused", "error": "line full", "reason": "full", "retry_s": 0}],
+            [
+                {"type": "queued", "position": 1, "wait_s": 2, "slots": 2},
+                {"type": "admitted", "waited_ms": 1500.0},
+                {"type": "started", "answer_id": 7, "question": f"q ({marker})"},
+                {"type": "token", "text": "a"},
+                {"type": "done", "answer": answer},
+            ],
+        ]
+    )
+    result = RoundResult()
+    tab = traffic._Tab(0, "learner", result)
+    ask = AskResult(0, "s0r0a0", marker)
+    aio.run(tab.ask(socket, ask, f"q ({marker})", LoadPlan()))
+    assert [f["type"] for f in socket.sent] == ["ask", "ask", "client_timing"]
+    assert (ask.status, ask.refused, ask.queued_ms, ask.tokens) == ("done", 1, 1500.0, 1)
+    assert not result.misdelivered

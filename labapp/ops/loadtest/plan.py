@@ -48,6 +48,8 @@ class AskResult:
     last_delay_ms: float | None = None
     overhead_saved_ms: float | None = None  # what the server's overhead frame sent back
     gaps_ms: list[float] = field(default_factory=list)
+    refused: int = 0  # times the chat's admission turned it away (full line); asked again as the page lets
+    queued_ms: float | None = None  # how long it waited in the admission's line ("admitted" frame)
 
 
 @dataclass

@@ -45,6 +45,11 @@ def report_build(
             "done": sum(a.status == "done" for a in asks),
             "failed": [f"{a.client_id}: {a.status} {a.error[:160]}" for a in asks if a.status != "done"],
             "tokens": _pcts([float(a.tokens) for a in asks]),
+            # The chat's admission: asks turned away (line full) and asked again after the retry time,
+            # and how long the admitted ones waited in its line.
+            "refused": sum(a.refused for a in asks),
+            "refused_asks": sum(a.refused > 0 for a in asks),
+            "queued_ms": _pcts([a.queued_ms for a in asks if a.queued_ms is not None]),
         },
         "misdelivered": [m for r in rounds for m in r.misdelivered],
         "socket_errors": [e for r in rounds for e in r.socket_errors],
@@ -100,6 +105,10 @@ def table(report: dict[str, Any]) -> str:
         ),
         ("round wall time, s", ", ".join(str(s) for s in report["round_seconds"])),
         ("answers done / failed", f"{a['done']} / {len(a['failed'])} of {a['asked']}"),
+        (
+            "chat admission: asks refused (line full), then asked again / waited in line p50 / p95, ms",
+            f"{a['refused_asks']} ({a['refused']} refusals) / {p(a['queued_ms'])}",
+        ),
         (
             "answers saved with all timings",
             f"{saved['asked'] - len(saved['problems'])} of {saved['asked']} (problems: {len(saved['problems'])})",

@@ -23,6 +23,7 @@ from labapp.ops.loadtest.plan import AskResult, LoadPlan, RoundResult
 # the application has not accepted within its websocket_connect_timeout (5 s).
 RECONNECT_S = 2.0
 HANDSHAKE_TRIES = 5
+REFUSED_RETRY_S = 1.0  # a refusal without a retry time: the page's button is live at once
 
 
 def site_origin(web: str) -> Origin:
@@ -81,7 +82,17 @@ class _Tab:
         while True:
             frame = await self.receive(socket)
             now = time.perf_counter()
-            if frame["type"] == "started":
+            if frame["type"] == "refused":
+                # The chat page's "ask again" button unlocks after retry_s: a learner presses it then.
+                ask.refused += 1
+                await asyncio.sleep(frame.get("retry_s") or REFUSED_RETRY_S)
+                sent = time.perf_counter()
+                await socket.send(
+                    json.dumps({"type": "ask", "id": ask.client_id, "question": question, "settings": settings})
+                )
+            elif frame["type"] == "admitted":
+                ask.queued_ms = frame.get("waited_ms")
+            elif frame["type"] == "started":
                 ask.answer_id = int(frame["answer_id"])
                 self.answers[ask.answer_id] = ask.client_id
             elif frame["type"] == "token":
