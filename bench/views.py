@@ -56,7 +56,8 @@ def bench_list(request: HttpRequest) -> HttpResponse:
     mine = access.jobs_of(request.user)[:50]
     # The runs an upload just made (a GuideLLM sweep's), listed and ticked for comparing; only the user's own.
     just = request_numbers.wholes(request.GET.getlist("imported"))[: importers.MAX_RUNS]
-    imported = list(access.jobs_of(request.user).filter(pk__in=just).order_by("pk")) if just else []
+    found = access.jobs_of(request.user).filter(pk__in=just).order_by("pk") if just else []
+    imported = [job for job in found if not job.runnable]
     options = engines.choices()
     queue_rows = [
         {"job": j, "mine": access.owns(request.user, j), "place": at, "engine": engines.name_of(j.engine_url, options)}

@@ -469,8 +469,9 @@ def test_the_list_names_only_the_users_own_runs_as_just_imported() -> None:
     owner, owner_client = signed_in("sweep_owner")
     upload(owner_client, "sweep.json", fixture(SWEEP))
     theirs = BenchJob.objects.filter(owner=owner).values_list("pk", flat=True)
-    _other, client = signed_in("sweep_peeker")
-    listed = client.get("/bench/", {"imported": list(theirs)}).content.decode()
+    other, client = signed_in("sweep_peeker")
+    own_lab_run = _lab_run(other, [0.05])  # not an import: not listed as one either
+    listed = client.get("/bench/", {"imported": [*theirs, own_lab_run.pk]}).content.decode()
     assert 'id="just-imported"' not in listed and "GuideLLM" not in listed
 
 
