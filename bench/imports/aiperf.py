@@ -4,12 +4,14 @@ The JSON holds the run's aggregates, one block per metric (``{"unit", "avg", "p5
 ``aiperf_version``, ``input_config`` (models, endpoint, phases with their concurrency or rate) and the
 start time; no request of its own. The JSON Lines file holds one record per request,
 ``{"metadata": {…}, "metrics": {name: {"value", "unit"}}, "error": …}``, and says nothing of the tool's
-version, the model or the endpoint. So either file lacks what the other has: each is read on its own, and
-the two of one profile uploaded together are read into one run (``load_together``): the requests from
-the JSON Lines, the source and the tool's aggregates from the JSON. They are checked to be one run's:
-the records with a latency must be as many as the JSON's ``request_latency`` count and their latencies
-must add up to its ``sum`` (the JSON's aggregates are computed from those very records). The records
-name no model, so the model cannot be compared.
+version, the model or the endpoint; it also holds the warm-up requests (``metadata.benchmark_phase``
+``warmup``), which are not the run's and are left out. So either file lacks what the other has: each
+is read on its own, and the two of one profile uploaded together are read into one run
+(``load_together``): the requests from the JSON Lines, the source and the tool's aggregates from the
+JSON. They are checked to be one run's: the profiled records with a latency must be as many as the
+JSON's ``request_latency`` count and their latencies must add up to its ``sum`` (the JSON's
+aggregates are computed from those very records). The records name no model, so the model cannot be
+compared.
 
 Mapped onto docs/metrics.md: TTFT is ``time_to_first_token``; E2EL ``request_latency``; the gaps between
 tokens ``inter_chunk_latency`` (per chunk, as ours); token counts the server's usage
@@ -82,8 +84,17 @@ def _sample(record: dict[str, Any]) -> Sample:
     )
 
 
+def _measured(records: list[Any]) -> list[dict[str, Any]]:
+    """The records of the profiling phase: a record AIPerf marks as warm-up is not part of the measurement."""
+    return [
+        r
+        for r in records
+        if "warmup" not in (_dict(r.get("metadata")).get(k) for k in ("benchmark_phase", "phase_kind"))
+    ]
+
+
 def _from_records(records: list[Any]) -> Imported:
-    samples = tuple(_sample(r) for r in records)
+    samples = tuple(_sample(r) for r in _measured(records))
     run: dict[str, float | None] = dict.fromkeys(RUN_KEYS)
     run["completed"] = float(sum(1 for s in samples if s.success))
     run["failed"] = float(sum(1 for s in samples if not s.success))
@@ -146,9 +157,11 @@ def _same_run(summary: dict[str, Any], records: list[Any]) -> None:
     """NotImportable unless the records are the ones the summary's aggregates were computed from."""
     latency = _dict(summary.get("request_latency"))
     # Every record with a latency, as AIPerf's aggregate counts them (a failed request has none).
-    found = (number(_value(_dict(record.get("metrics")), "request_latency")) for record in records)
+    found = (number(_value(_dict(record.get("metrics")), "request_latency")) for record in _measured(records))
     theirs = [latency for latency in found if latency is not None]
     count, total = whole(latency.get("count")), number(latency.get("sum"))
+    if count is None:  # a summary without the latency's count: the requests that completed
+        count = whole(_dict(summary.get("request_count")).get("avg"))
     if count is not None and count != len(theirs):
         raise NotImportable(
             _(

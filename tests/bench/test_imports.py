@@ -515,3 +515,18 @@ def test_a_deleted_import_frees_its_place_under_the_limit(monkeypatch: pytest.Mo
     assert upload(client, "b.json", fixture("vllm_bench_serve.json")).status_code == 400
     client.post(f"/bench/{BenchJob.objects.get(owner=learner).pk}/delete/")
     assert upload(client, "b.json", fixture("vllm_bench_serve.json")).status_code == 302
+
+
+WARMUP_RECORDS, WARMUP_SUMMARY = "aiperf_warmup_profile_export.jsonl", "aiperf_warmup_profile_export_aiperf.json"
+
+
+def test_aiperfs_warm_up_records_are_not_requests_of_the_run_alone_or_together() -> None:
+    records = [json.loads(line) for line in fixture(WARMUP_RECORDS).splitlines() if line.strip()]
+    phases = [record["metadata"]["benchmark_phase"] for record in records]
+    assert phases.count("warmup") == 2 and phases.count("profiling") == 4  # as AIPerf 0.13.0 wrote them
+    (alone,) = registry.read(fixture(WARMUP_RECORDS))
+    assert len(alone.samples) == 4
+    (found,) = registry.read_together(
+        [(WARMUP_RECORDS, fixture(WARMUP_RECORDS)), (WARMUP_SUMMARY, fixture(WARMUP_SUMMARY))]
+    )
+    assert len(found.samples) == 4 == json.loads(fixture(WARMUP_SUMMARY))["request_latency"]["count"]
