@@ -530,3 +530,12 @@ def test_aiperfs_warm_up_records_are_not_requests_of_the_run_alone_or_together()
         [(WARMUP_RECORDS, fixture(WARMUP_RECORDS)), (WARMUP_SUMMARY, fixture(WARMUP_SUMMARY))]
     )
     assert len(found.samples) == 4 == json.loads(fixture(WARMUP_SUMMARY))["request_latency"]["count"]
+
+
+@pytest.mark.django_db
+def test_an_uploaded_sweep_is_listed_in_english_too() -> None:
+    _learner, client = signed_in("sweeper_en", language="en")
+    listed = client.get(upload(client, "sweep.json", fixture(SWEEP))["Location"]).content.decode()
+    notice = listed.split('id="just-imported"')[1].split("</section>")[0]
+    assert "4 runs just imported" in notice and "Imported (GuideLLM 0.8.1, constant@30.88)" in notice
+    assert not re.findall(r"[\uac00-\ud7a3]+", notice)
