@@ -166,8 +166,7 @@ def _same_run(summary: dict[str, Any], records: list[Any]) -> None:
         raise NotImportable(
             _(
                 "두 파일이 같은 AIPerf 실행의 것이 아닙니다: profile_export.jsonl에는 지연이 적힌 요청이 "
-                "%(records)d개, "
-                "profile_export_aiperf.json에는 %(summary)d개입니다. 한 실행의 두 파일을 함께 올리세요."
+                "%(records)d개, profile_export_aiperf.json에는 %(summary)d개입니다. 한 실행의 두 파일을 함께 올리세요."
             )
             % {"records": len(theirs), "summary": count}
         )
