@@ -1,7 +1,8 @@
 """Resolvers of benchmark jobs and engines: the object, or 404.
 
 Used by the job pages, the job progress websocket, the demo page and the class pages
-alike. A job belongs to its owner: only they watch, cancel, export or compare it.
+alike. A job belongs to its owner: only they watch, cancel, export or compare it, and delete it
+when its kind allows (an imported run: ``job_to_delete``).
 Someone who may read the owner's work (``labapp.access.may_view_learner``: an admin,
 or an instructor of a class the owner learns in) may look at it read-only
 (``job_for_viewer``, from the class pages).
@@ -43,6 +44,15 @@ def job_for(user: AnyUser, job_id: int, *, kind: str | None = None) -> BenchJob:
     job = owned_job(user, job_id, kind=kind)
     if job is None:
         raise Http404("job not found")
+    return job
+
+
+def job_to_delete(user: AnyUser, job_id: int) -> BenchJob:
+    """The user's own job of a kind its owner may delete (``JobKind.deletable``: an imported run), or 404:
+    another person's job does not exist for them, and a run measured here is never deleted."""
+    job = job_for(user, job_id)
+    if not job.deletable:
+        raise Http404("job not deletable")
     return job
 
 

@@ -171,24 +171,45 @@ class JobForm(forms.Form):
         return data
 
 
-class ImportForm(forms.Form):
-    """Another tool's result file (``bench.imports``): JSON or JSON Lines, at most ``MAX_BYTES``."""
+class _ManyFiles(forms.FileInput):
+    allow_multiple_selected = True
 
-    result_file = forms.FileField(
+
+class _ResultFilesField(forms.FileField):
+    """One file, or the files of one run a tool wrote apart (AIPerf's two): a list of uploads."""
+
+    widget = _ManyFiles
+
+    def clean(self, data: Any, initial: Any = None) -> list[Any]:
+        one = super().clean
+        items = list(data) if isinstance(data, list | tuple) else [data]
+        return [one(item, initial) for item in items or [None]]  # no file at all: "required", as one field
+
+
+class ImportForm(forms.Form):
+    """Other tools' result files (``bench.imports``): JSON or JSON Lines, one file, or the files of one run
+    a tool wrote apart (``importers.MAX_FILES``), together at most ``MAX_BYTES``."""
+
+    result_file = _ResultFilesField(
         label=gettext_lazy("결과 파일 (JSON 또는 JSONL)"),
         help_text=gettext_lazy(
             "vllm bench serve --save-result의 JSON, GuideLLM의 JSON 보고서(--output kind=json,path=x.json), "
-            "AIPerf의 profile_export_aiperf.json 또는 profile_export.jsonl"
+            "AIPerf의 profile_export_aiperf.json 또는 profile_export.jsonl. AIPerf는 한 실행의 두 파일을 함께 "
+            "고르면 요청별 값과 설정을 한 실행으로 가져옵니다."
         ),
     )
 
-    def clean_result_file(self) -> Any:
-        upload = self.cleaned_data["result_file"]
-        name = str(upload.name or "")
-        if not name.lower().endswith((".json", ".jsonl")):
-            raise forms.ValidationError(gettext_lazy("JSON 파일(.json 또는 .jsonl)만 가져올 수 있습니다"))
-        if upload.size is None or upload.size > importers.MAX_BYTES:
+    def clean_result_file(self) -> list[Any]:
+        uploads: list[Any] = self.cleaned_data["result_file"]
+        if len(uploads) > importers.MAX_FILES:
+            raise forms.ValidationError(
+                gettext_lazy("한 번에 파일을 %(most)d개까지 올릴 수 있습니다") % {"most": importers.MAX_FILES}
+            )
+        for upload in uploads:
+            if not str(upload.name or "").lower().endswith((".json", ".jsonl")):
+                raise forms.ValidationError(gettext_lazy("JSON 파일(.json 또는 .jsonl)만 가져올 수 있습니다"))
+        if any(upload.size is None for upload in uploads) or sum(u.size for u in uploads) > importers.MAX_BYTES:
             raise forms.ValidationError(
                 gettext_lazy("파일이 너무 큽니다 (최대 %(mb)d MB)") % {"mb": importers.MAX_BYTES // (1024 * 1024)}
             )
-        return upload
+        return uploads

@@ -115,6 +115,12 @@ class BenchJob(said.KeepsError, models.Model):
         return spec is None or spec.runnable
 
     @property
+    def deletable(self) -> bool:
+        """Whether its kind lets the owner delete it (an imported run; a run measured here is kept)."""
+        spec = self.kind_spec
+        return spec is not None and spec.deletable
+
+    @property
     def provenance_rows(self) -> list[Any]:
         """Where its numbers came from, each field as a page shows it (``bench.provenance``); [] when not read."""
         from bench import provenance

@@ -193,14 +193,16 @@ def job_execute(*, job_id: int, lease: EngineLease | None = None) -> BenchJob:
 IMPORTED_MAX_PER_USER = 100  # imported runs a learner keeps (each is a row of up to MAX_BYTES of results)
 
 
-def job_import(*, owner: AbstractBaseUser, data: bytes, file_name: str) -> list[BenchJob]:
-    """Another tool's result file read (``bench.imports``) and saved as done jobs of ``owner``'s that never
-    run, one per run in the file (a GuideLLM sweep holds several).
+def job_import(*, owner: AbstractBaseUser, files: list[tuple[str, bytes]]) -> list[BenchJob]:
+    """Other tools' result files (name, content) read (``bench.imports``) and saved as done jobs of ``owner``'s
+    that never run: one per run in a file (a GuideLLM sweep holds several), or one for the files of one run
+    uploaded together (AIPerf's two).
 
-    Raises ``bench.imports.NotImportable`` with words for the form when no importer can read it;
-    nothing is saved then.
+    Raises ``bench.imports.NotImportable`` with words for the form when no importer can read them, or when
+    files uploaded together are not one run's; nothing is saved then.
     """
-    runs = imports.registry.read(data)
+    runs = imports.registry.read_together(files)
+    file_name = ", ".join(name for name, _data in files)
     with transaction.atomic():
         get_user_model().objects.select_for_update().get(pk=owner.pk)  # two uploads at once count one after the other
         kept = BenchJob.objects.filter(owner_id=owner.pk, kind=kinds.imported.KIND.name).count()
@@ -210,6 +212,13 @@ def job_import(*, owner: AbstractBaseUser, data: bytes, file_name: str) -> list[
                 % {"most": IMPORTED_MAX_PER_USER, "kept": kept}
             )
         return [_imported_job(owner, run, file_name) for run in runs]
+
+
+def job_delete(*, job: BenchJob) -> None:
+    """A job of a kind its owner may delete (resolved by ``bench.access.job_to_delete``), gone."""
+    if not job.deletable:  # the resolver refused it already; this keeps a measured run from any other caller
+        raise ValueError(f"job {job.pk} of kind {job.kind!r} is not deletable")
+    job.delete()
 
 
 def _imported_job(owner: AbstractBaseUser, found: imports.Imported, file_name: str) -> BenchJob:

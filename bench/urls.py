@@ -12,6 +12,7 @@ urlpatterns = [
     path("bench/import/", views.bench_import, name="bench_import"),
     path("bench/<int:job_id>/", views.bench_detail, name="bench_detail"),
     path("bench/<int:job_id>/cancel/", views.bench_cancel, name="bench_cancel"),
+    path("bench/<int:job_id>/delete/", views.bench_delete, name="bench_delete"),
     re_path(
         r"^bench/(?P<job_id>[0-9]+)/export\.(?P<fmt>json|csv|engine\.csv)$", views.bench_export, name="bench_export"
     ),

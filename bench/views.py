@@ -54,6 +54,10 @@ def bench_list(request: HttpRequest) -> HttpResponse:
         except services.JobsBusy as exc:
             form.add_error(None, str(exc))  # nothing is made: one of theirs has to end first
     mine = access.jobs_of(request.user)[:50]
+    # The runs an upload just made (a GuideLLM sweep's), listed and ticked for comparing; only the user's own.
+    just = request_numbers.wholes(request.GET.getlist("imported"))[: importers.MAX_RUNS]
+    found = access.jobs_of(request.user).filter(pk__in=just).order_by("pk") if just else []
+    imported = [job for job in found if not job.runnable]
     options = engines.choices()
     queue_rows = [
         {"job": j, "mine": access.owns(request.user, j), "place": at, "engine": engines.name_of(j.engine_url, options)}
@@ -62,6 +66,7 @@ def bench_list(request: HttpRequest) -> HttpResponse:
     engine = engines.chosen_url(request.session)
     queue = pools.queue_of(engine)
     context = {"form": form, "jobs": mine, "queue": queue_rows, "engine_name": engines.name_of(engine, options)}
+    context |= {"imported": imported, "imported_ids": {job.pk for job in imported}}
     # Pinning means something only when another measuring engine could take the job instead.
     context["pin_choice"] = len(pools.measurers(queue, options)) > 1
     return render(request, "bench/list.html", context | {"engine_url": engine, "queue_of": queue})
@@ -141,19 +146,28 @@ def noise_rows(jobs: list[BenchJob]) -> list[dict[str, Any]]:
 
 @login_required
 def bench_import(request: HttpRequest) -> HttpResponse:
-    """Another tool's result file read into a done job of the learner's (``bench.imports``); its page after."""
+    """Another tool's result file (or the files of one run, AIPerf's two) read into done jobs of the learner's
+    (``bench.imports``); one job's page after, or the list with every job a file made (a GuideLLM sweep)."""
     form = ImportForm(request.POST or None, request.FILES or None)
     if request.method == "POST" and form.is_valid():
-        upload = form.cleaned_data["result_file"]
+        files = [(str(upload.name), upload.read()) for upload in form.cleaned_data["result_file"]]
         try:
-            made = services.job_import(owner=request.user, data=upload.read(), file_name=str(upload.name))  # type: ignore[arg-type]
+            made = services.job_import(owner=request.user, files=files)  # type: ignore[arg-type]
             if len(made) == 1:
                 return redirect("bench_detail", job_id=made[0].pk)
-            return redirect(reverse("bench_compare") + "?" + urlencode([("ids", job.pk) for job in made]))
+            return redirect(reverse("bench_list") + "?" + urlencode([("imported", job.pk) for job in made]))
         except NotImportable as exc:
             form.add_error("result_file", exc.message)  # nothing was saved
     status = 400 if request.method == "POST" else 200
     return render(request, "bench/import.html", {"form": form, "tools": importers.all_importers()}, status=status)
+
+
+@login_required
+@require_POST
+def bench_delete(request: HttpRequest, job_id: int) -> HttpResponse:
+    """The owner's imported run removed (``access.job_to_delete``: a run measured here is not found)."""
+    services.job_delete(job=access.job_to_delete(request.user, job_id))
+    return redirect("bench_list")
 
 
 @login_required

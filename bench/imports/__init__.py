@@ -1,7 +1,9 @@
 """Other tools' benchmark results read into the lab: one module per tool, in a registry.
 
 Importing this package registers the built-in importers (``vllm_bench_serve``, ``guidellm``,
-``aiperf``); ``registry.read(data)`` finds the one that recognises a file and reads it.
+``aiperf``); ``registry.read(data)`` finds the one that recognises a file and reads it, and
+``registry.read_together(files)`` reads one file the same way or the files of one run a tool split
+(AIPerf's two) into that one run.
 """
 
 from __future__ import annotations

@@ -4,7 +4,14 @@ The JSON holds the run's aggregates, one block per metric (``{"unit", "avg", "p5
 ``aiperf_version``, ``input_config`` (models, endpoint, phases with their concurrency or rate) and the
 start time; no request of its own. The JSON Lines file holds one record per request,
 ``{"metadata": {…}, "metrics": {name: {"value", "unit"}}, "error": …}``, and says nothing of the tool's
-version, the model or the endpoint. So either file lacks what the other has: each is read on its own.
+version, the model or the endpoint; it also holds the warm-up requests (``metadata.benchmark_phase``
+``warmup``), which are not the run's and are left out. So either file lacks what the other has: each
+is read on its own, and the two of one profile uploaded together are read into one run
+(``load_together``): the requests from the JSON Lines, the source and the tool's aggregates from the
+JSON. They are checked to be one run's: the profiled records with a latency must be as many as the
+JSON's ``request_latency`` count and their latencies must add up to its ``sum`` (the JSON's
+aggregates are computed from those very records). The records name no model, so the model cannot be
+compared.
 
 Mapped onto docs/metrics.md: TTFT is ``time_to_first_token``; E2EL ``request_latency``; the gaps between
 tokens ``inter_chunk_latency`` (per chunk, as ours); token counts the server's usage
@@ -15,6 +22,8 @@ tokenizer; TPOT = (E2EL − TTFT) / (output tokens − 1) with those counts. AIP
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from typing import Any
 
 from bench.imports import registry
@@ -75,8 +84,17 @@ def _sample(record: dict[str, Any]) -> Sample:
     )
 
 
+def _measured(records: list[Any]) -> list[dict[str, Any]]:
+    """The records of the profiling phase: a record AIPerf marks as warm-up is not part of the measurement."""
+    return [
+        r
+        for r in records
+        if "warmup" not in (_dict(r.get("metadata")).get(k) for k in ("benchmark_phase", "phase_kind"))
+    ]
+
+
 def _from_records(records: list[Any]) -> Imported:
-    samples = tuple(_sample(r) for r in records)
+    samples = tuple(_sample(r) for r in _measured(records))
     run: dict[str, float | None] = dict.fromkeys(RUN_KEYS)
     run["completed"] = float(sum(1 for s in samples if s.success))
     run["failed"] = float(sum(1 for s in samples if not s.success))
@@ -135,4 +153,55 @@ def load(content: Any) -> list[Imported]:
     return [_from_summary(content)] if isinstance(content, dict) else [_from_records(content)]
 
 
-IMPORTER = registry.register(registry.Importer(name=NAME, tool=TOOL, detect=detect, load=load))
+def _same_run(summary: dict[str, Any], records: list[Any]) -> None:
+    """NotImportable unless the records are the ones the summary's aggregates were computed from."""
+    latency = _dict(summary.get("request_latency"))
+    # Every record with a latency, as AIPerf's aggregate counts them (a failed request has none).
+    found = (number(_value(_dict(record.get("metrics")), "request_latency")) for record in _measured(records))
+    theirs = [latency for latency in found if latency is not None]
+    count, total = whole(latency.get("count")), number(latency.get("sum"))
+    if count is None:  # a summary without the latency's count: the requests that completed
+        count = whole(_dict(summary.get("request_count")).get("avg"))
+    if count is not None and count != len(theirs):
+        raise NotImportable(
+            _(
+                "두 파일이 같은 AIPerf 실행의 것이 아닙니다: profile_export.jsonl에는 지연이 적힌 요청이 "
+                "%(records)d개, profile_export_aiperf.json에는 %(summary)d개입니다. 한 실행의 두 파일을 함께 올리세요."
+            )
+            % {"records": len(theirs), "summary": count}
+        )
+    if total is not None and not math.isclose(sum(theirs), total, rel_tol=1e-6, abs_tol=1e-3):
+        raise NotImportable(
+            _(
+                "두 파일이 같은 AIPerf 실행의 것이 아닙니다: 요청 수는 같지만 요청 지연의 합이 다릅니다 "
+                "(profile_export.jsonl %(records).1f ms, profile_export_aiperf.json %(summary).1f ms). "
+                "한 실행의 두 파일을 함께 올리세요."
+            )
+            % {"records": sum(theirs), "summary": total}
+        )
+
+
+def load_together(contents: list[Any]) -> list[Imported]:
+    """One profile's ``profile_export_aiperf.json`` and ``profile_export.jsonl`` (either order) as one run."""
+    summaries = [c for c in contents if isinstance(c, dict) and detect(c)]
+    records = [c for c in contents if isinstance(c, list) and detect(c)]
+    if len(summaries) != 1 or len(records) != 1 or len(contents) != 2:
+        raise NotImportable(
+            _("AIPerf의 파일을 함께 올릴 때는 profile_export_aiperf.json 하나와 profile_export.jsonl 하나를 올리세요")
+        )
+    _same_run(summaries[0], records[0])
+    summary, requests = _from_summary(summaries[0]), _from_records(records[0])
+    # The aggregates and where the run came from are the JSON's; the requests (and TPOT from them) the JSON Lines'.
+    return [dataclasses.replace(summary, samples=requests.samples, notes=requests.notes)]
+
+
+IMPORTER = registry.register(
+    registry.Importer(
+        name=NAME,
+        tool=TOOL,
+        detect=detect,
+        load=load,
+        load_together=load_together,
+        together="profile_export_aiperf.json, profile_export.jsonl",
+    )
+)

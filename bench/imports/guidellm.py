@@ -13,6 +13,10 @@ Mapped onto docs/metrics.md: TTFT = first token − send; E2EL = last token − 
 request latency runs to the end of the response); TPOT = (E2EL − TTFT) / (output tokens − 1). Its
 ``time_per_output_token_ms`` is latency over all output tokens, TTFT included: not our TPOT, and not
 used. The gaps between tokens are not in the file.
+
+Each benchmark is its own run, named by its strategy as GuideLLM's console names it
+(``synchronous``, ``concurrent@2``, ``throughput@512``, ``constant@18.41``: source key ``strategy``),
+so that a sweep's runs can each be told apart and set beside a lab run.
 """
 
 from __future__ import annotations
@@ -93,6 +97,31 @@ def _run(benchmark: dict[str, Any]) -> dict[str, float | None]:
     return run
 
 
+# The strategy's figure after "@" in GuideLLM's own name for it, and how it is written.
+_NAMED_BY = {"concurrent": ("streams", "{}"), "throughput": ("max_concurrency", "{}"), "constant": ("rate", "{:.2f}")}
+_NAMED_BY |= {"poisson": ("rate", "{:.2f}")}
+
+
+def strategy_name(strategy: dict[str, Any]) -> str | None:
+    """The benchmark's strategy as GuideLLM's tables name it ("constant@18.41"); None without a type."""
+    kind = strategy.get("type_")
+    if not isinstance(kind, str) or not kind:
+        return None
+    key, shape = _NAMED_BY.get(kind, ("", ""))
+    figure = strategy.get(key) if key else None
+    if isinstance(figure, bool) or not isinstance(figure, int | float):
+        return kind
+    return f"{kind}@{shape.format(figure)}"
+
+
+def _concurrency(strategy: dict[str, Any]) -> Any:
+    """The requests a strategy keeps in flight when that is what drives it: its streams, one for synchronous,
+    and throughput's all-at-once up to its max_concurrency; None for a rate (constant, poisson)."""
+    if strategy.get("rate") is not None:
+        return None
+    return strategy.get("streams") or strategy.get("max_concurrency")
+
+
 def _source(content: dict[str, Any], benchmark: dict[str, Any]) -> dict[str, Any]:
     config = _dict(benchmark.get("config"))
     backend = _dict(config.get("backend")) or _dict(_dict(_dict(content.get("config")).get("spec")).get("backend"))
@@ -106,9 +135,12 @@ def _source(content: dict[str, Any], benchmark: dict[str, Any]) -> dict[str, Any
         "endpoint": f"{target}{backend.get('request_format') or ''}" if target else None,
         "backend": backend.get("kind"),
         "date": datetime.fromtimestamp(started, UTC).isoformat(timespec="seconds") if started else None,
-        "concurrency": strategy.get("streams") or strategy.get("max_concurrency"),
+        "concurrency": _concurrency(strategy),
+        # A rate-driven strategy's max_concurrency is only a cap on requests in flight, not what drove it.
+        "max_concurrency": strategy.get("max_concurrency") if strategy.get("rate") is not None else None,
         "rate": strategy.get("rate"),
         "profile": strategy.get("type_"),
+        "strategy": strategy_name(strategy),
         "sample_size": config.get("sample_size"),
     }
 

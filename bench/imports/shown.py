@@ -22,11 +22,13 @@ SOURCE_LABELS = {
     "date": gettext_lazy("잰 때 (파일에 적힌 대로)"),
     "concurrency": gettext_lazy("동시성"),
     "rate": gettext_lazy("요청률 (req/s)"),
+    "max_concurrency": gettext_lazy("동시 요청 상한"),
     "burstiness": gettext_lazy("버스트 정도"),
     "num_prompts": gettext_lazy("요청 수 (설정)"),
     "tokenizer": gettext_lazy("토크나이저"),
     "label": gettext_lazy("라벨"),
     "profile": gettext_lazy("부하 방식"),
+    "strategy": gettext_lazy("부하 전략 (도구가 부르는 이름)"),
     "sample_size": gettext_lazy("요청 표본 크기"),
 }
 REQUEST_LABELS = {

@@ -4,7 +4,8 @@ An imported run is a ``BenchJob`` of this kind, owned by whoever uploaded the fi
 the start and never runnable (``runnable=False``: no form, command or worker offers it). Its
 results hold one cell (``bench.imports.result.Imported.cell``) and, under ``imported``, the
 tool, where the file says the run came from (``source``), what the file lacks (``missing``)
-and the tool's own aggregates (``run``). Pages name it after its tool and version.
+and the tool's own aggregates (``run``). Pages name it after its tool and version, and after its
+strategy when the file names one (a GuideLLM sweep holds one run per strategy).
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ def tool_words(results: dict[str, Any]) -> str:
 
 
 def job_label(results: dict[str, Any]) -> str:
+    strategy = ((results.get("imported") or {}).get("source") or {}).get("strategy")
+    if strategy:  # the tool's own name for how it loaded the server, e.g. GuideLLM's "constant@18.41"
+        return _("가져온 결과 (%(tool)s, %(strategy)s)") % {"tool": tool_words(results), "strategy": strategy}
     return _("가져온 결과 (%(tool)s)") % {"tool": tool_words(results)}
 
 
@@ -58,6 +62,7 @@ KIND = registry.register(
         summary_template="bench/kinds/imported.html",
         sequential=False,
         runnable=False,
+        deletable=True,  # a copy of a file the owner still has: theirs to remove
         job_label=job_label,
     )
 )

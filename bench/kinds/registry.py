@@ -165,6 +165,9 @@ class JobKind:
     # False: its jobs are made some other way (e.g. read from another tool's file) and never run;
     # the form, the command and ``job_create`` offer only runnable kinds.
     runnable: bool = True
+    # True: its owner may delete a job of it (``bench.access.job_to_delete``). A run measured here is kept:
+    # a hand-in, the gradebook and a class's charts may stand on it, so only a copy of a file (imported) goes.
+    deletable: bool = False
     # A job's own title from its results (e.g. which tool an imported run came from); None: ``label``.
     job_label: Callable[[dict[str, Any]], str] | None = None
     # The routing policies its requests go through, when the run starts vllm-router itself (the

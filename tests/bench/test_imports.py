@@ -35,8 +35,10 @@ def signed_in(username: str, *, language: str = "ko") -> tuple[User, Client]:
     return user, client
 
 
-def upload(client: Client, name: str, data: bytes) -> Any:
-    return client.post("/bench/import/", {"result_file": SimpleUploadedFile(name, data)})
+def upload(client: Client, name: str, data: bytes, *more: tuple[str, bytes]) -> Any:
+    """The import form posted with one file, or with several chosen together."""
+    files = [SimpleUploadedFile(name, data), *(SimpleUploadedFile(n, d) for n, d in more)]
+    return client.post("/bench/import/", {"result_file": files if more else files[0]})
 
 
 # --- vllm bench serve -------------------------------------------------------------------------
@@ -171,7 +173,7 @@ def test_an_uploaded_result_becomes_a_done_job_of_the_uploader_named_after_its_t
 @pytest.mark.parametrize(
     ("name", "label"),
     [
-        ("guidellm.json", "가져온 결과 (GuideLLM 0.8.1)"),
+        ("guidellm.json", "가져온 결과 (GuideLLM 0.8.1, concurrent@2)"),
         ("aiperf_profile_export_aiperf.json", "가져온 결과 (AIPerf 0.13.0)"),
         ("aiperf_profile_export.jsonl", "가져온 결과 (AIPerf)"),
     ],
@@ -314,3 +316,226 @@ def test_an_imported_run_carries_what_its_file_says_of_its_origin_into_the_prove
     page = client.get("/bench/compare/", {"ids": [lab.pk, imported.pk]}).content.decode()
     diff = page.split('id="provenance-diff"')[1].split("</table>")[0]
     assert said["endpoint"] in diff and "알 수 없음" in diff
+
+
+# --- AIPerf's two files of one profile, together ------------------------------------------------
+
+RECORDS, SUMMARY = "aiperf_profile_export.jsonl", "aiperf_profile_export_aiperf.json"
+OTHER_SUMMARY = "aiperf_other_profile_export_aiperf.json"  # another profile, same settings, seed 2
+
+
+@pytest.mark.parametrize("order", [(RECORDS, SUMMARY), (SUMMARY, RECORDS)])
+def test_aiperfs_two_files_of_one_profile_read_as_one_run_with_requests_and_source(order: tuple[str, str]) -> None:
+    (found,) = registry.read_together([(name, fixture(name)) for name in order])
+    (records,) = registry.read(fixture(RECORDS))
+    (summary,) = registry.read(fixture(SUMMARY))
+    assert found.samples == records.samples and len(found.samples) == 8  # every request, from the JSON Lines
+    assert found.source == summary.source and found.run == summary.run  # where it came from, from the JSON
+    assert found.source["model"] == "gemma-3-270m" and found.source["concurrency"] == 2
+    assert found.source["version"] == "0.13.0" and found.source["endpoint"] == "http://127.0.0.1:18431"
+    assert found.missing == []  # what one file lacks the other has
+    cell = found.cell()
+    assert cell["ttft_from"] == cell["tpot_from"] == "requests" and cell["ci_tpot_ms"] is not None
+    assert cell["median_ttft_ms"] == pytest.approx(summary.run["median_ttft_ms"])  # AIPerf's p50 of the same
+
+
+@pytest.mark.django_db
+def test_aiperfs_two_files_uploaded_together_become_one_job_with_requests_model_and_provenance() -> None:
+    learner, client = signed_in("aiperf_pair")
+    response = upload(
+        client, "profile_export.jsonl", fixture(RECORDS), ("profile_export_aiperf.json", fixture(SUMMARY))
+    )
+    job = BenchJob.objects.get(owner=learner)
+    assert response.status_code == 302 and response["Location"] == f"/bench/{job.pk}/"
+    imported = job.results["imported"]
+    assert imported["per_request"] and imported["missing"] == [] and job.total_requests == 8
+    assert imported["file_name"] == "profile_export.jsonl, profile_export_aiperf.json"
+    assert job.results["model"] == "gemma-3-270m" and job.provenance["model"] == "gemma-3-270m"
+    assert job.provenance["engine_url"] == "http://127.0.0.1:18431"
+    assert job.results["cells"][0]["ci_ttft_ms"] is not None and job.kind_shown == "가져온 결과 (AIPerf 0.13.0)"
+    page = client.get(f"/bench/{job.pk}/").content.decode()
+    assert 'id="imported-missing"' not in page and "profile_export.jsonl, profile_export_aiperf.json" in page
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("files", "words"),
+    [
+        # two real profiles run with the same settings: as many requests, other latencies
+        (
+            (RECORDS, OTHER_SUMMARY),
+            "두 파일이 같은 AIPerf 실행의 것이 아닙니다: 요청 수는 같지만 요청 지연의 합이 다릅니다",
+        ),
+        # the profile's first five records only
+        (
+            ("five.jsonl", SUMMARY),
+            "profile_export.jsonl에는 지연이 적힌 요청이 5개, profile_export_aiperf.json에는 8개",
+        ),
+        ((SUMMARY, OTHER_SUMMARY), "profile_export_aiperf.json 하나와 profile_export.jsonl 하나를"),
+        (
+            (RECORDS, "guidellm.json"),
+            "한 도구가 한 실행을 나눠 적은 파일들뿐입니다: AIPerf (profile_export_aiperf.json",
+        ),
+        ((RECORDS, "vllm_bench_serve.json"), "다른 결과는 하나씩 올리세요"),
+        ((RECORDS, "notes.json"), "notes.json: 어느 도구의 결과인지 알 수 없습니다"),
+    ],
+)
+def test_files_that_are_not_one_aiperf_profile_are_refused_together_and_nothing_is_saved(
+    files: tuple[str, str], words: str
+) -> None:
+    made = {
+        "five.jsonl": b"\n".join(fixture(RECORDS).splitlines()[:5]),
+        "notes.json": b'{"hello": "world"}',
+    }
+    learner, client = signed_in("mixer")
+    (first, *rest) = [(name, made[name] if name in made else fixture(name)) for name in files]
+    response = upload(client, *first, *rest)
+    assert response.status_code == 400 and words in response.content.decode()
+    assert not BenchJob.objects.filter(owner=learner).exists()
+
+
+@pytest.mark.django_db
+def test_more_files_than_one_run_holds_are_refused_by_the_form() -> None:
+    learner, client = signed_in("hoarder3")
+    more = [(RECORDS, fixture(RECORDS)), (SUMMARY, fixture(SUMMARY))]
+    response = upload(client, "a.json", fixture(SUMMARY), *more)
+    assert response.status_code == 400 and "한 번에 파일을 2개까지 올릴 수 있습니다" in response.content.decode()
+    assert not BenchJob.objects.filter(owner=learner).exists()
+
+
+@pytest.mark.django_db
+def test_a_mismatched_aiperf_pair_is_refused_in_english_too() -> None:
+    _learner, client = signed_in("mixer_en", language="en")
+    page = upload(client, RECORDS, fixture(RECORDS), (OTHER_SUMMARY, fixture(OTHER_SUMMARY))).content.decode()
+    assert "The two files are not from the same AIPerf run" in page
+    page = upload(client, RECORDS, fixture(RECORDS), ("guidellm.json", fixture("guidellm.json"))).content.decode()
+    assert "Upload other results one at a time" in page
+
+
+# --- a GuideLLM sweep -----------------------------------------------------------------------------
+
+SWEEP = "guidellm_sweep.json"  # --profile kind=sweep,sweep_size=4, 6 requests per benchmark (fixtures README)
+
+
+def test_a_guidellm_sweep_gives_one_run_per_benchmark_named_by_its_strategy() -> None:
+    runs = registry.read(fixture(SWEEP))
+    report = json.loads(fixture(SWEEP))
+    assert [run.source["strategy"] for run in runs] == [
+        "synchronous",
+        "throughput@512",
+        "constant@18.41",
+        "constant@30.88",
+    ]
+    for run, benchmark in zip(runs, report["benchmarks"], strict=True):
+        strategy = benchmark["config"]["strategy"]
+        assert run.source["profile"] == strategy["type_"] and run.source["rate"] == strategy.get("rate")
+        assert len(run.samples) == len(benchmark["requests"]["successful"]) == 6
+        assert run.run["duration"] == pytest.approx(benchmark["duration"])
+        assert run.cell()["ci_ttft_ms"] is not None  # each benchmark's own requests: each its own interval
+    assert runs[0].source["concurrency"] == 1 and runs[1].source["concurrency"] == 512
+    # a constant rate drove the last two: GuideLLM's max_concurrency is only their cap, not their concurrency
+    assert runs[2].source["rate"] == pytest.approx(18.4105694837) and runs[2].source["concurrency"] is None
+    assert runs[2].source["max_concurrency"] == 512 and "source:concurrency" not in runs[2].missing
+    # the runs' requests are their own: each benchmark started after the one before
+    assert len({run.source["date"] for run in runs}) == 4
+
+
+@pytest.mark.django_db
+def test_an_uploaded_sweep_lists_each_benchmark_as_a_run_ready_to_compare_beside_a_lab_run() -> None:
+    learner, client = signed_in("sweeper")
+    lab = _lab_run(learner, [0.05, 0.06, 0.055, 0.052, 0.058])
+    response = upload(client, "sweep.json", fixture(SWEEP))
+    made = list(BenchJob.objects.filter(owner=learner, kind="imported").order_by("pk"))
+    assert response.status_code == 302 and len(made) == 4
+    assert response["Location"] == "/bench/?" + "&".join(f"imported={job.pk}" for job in made)
+    listed = client.get(response["Location"]).content.decode()
+    notice = listed.split('id="just-imported"')[1].split("</section>")[0]
+    for job, strategy in zip(made, ("synchronous", "throughput@512", "constant@18.41", "constant@30.88"), strict=True):
+        assert job.kind_shown == f"가져온 결과 (GuideLLM 0.8.1, {strategy})"
+        assert f"#{job.pk} {job.kind_shown}" in notice
+        row = listed.split('id="my-jobs"')[1].split(f'data-job="{job.pk}"')[1].split("</tr>")[0]
+        assert "checked" in row and job.kind_shown in row  # ticked for the compare button
+    lab_row = listed.split('id="my-jobs"')[1].split(f'data-job="{lab.pk}"')[1].split("</tr>")[0]
+    assert "checked" not in lab_row
+    page = client.get("/bench/compare/", {"ids": [lab.pk, made[2].pk]}).content.decode()
+    row = page.split('id="common-metrics"')[1].split(f'data-job="{made[2].pk}"')[1].split("</tr>")[0]
+    assert "constant@18.41" in row and 'data-basis="requests"' in row
+    verdict = page.split('id="noise-table"')[1].split("</table>")[0]
+    assert 'data-verdict="inside"' in verdict or 'data-verdict="differs"' in verdict
+
+
+@pytest.mark.django_db
+def test_the_list_names_only_the_users_own_runs_as_just_imported() -> None:
+    owner, owner_client = signed_in("sweep_owner")
+    upload(owner_client, "sweep.json", fixture(SWEEP))
+    theirs = BenchJob.objects.filter(owner=owner).values_list("pk", flat=True)
+    other, client = signed_in("sweep_peeker")
+    own_lab_run = _lab_run(other, [0.05])  # not an import: not listed as one either
+    listed = client.get("/bench/", {"imported": [*theirs, own_lab_run.pk]}).content.decode()
+    assert 'id="just-imported"' not in listed and "GuideLLM" not in listed
+
+
+# --- deleting an imported run ---------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_the_owner_deletes_an_imported_run_from_its_page_and_a_lab_run_is_not_deletable() -> None:
+    learner, client = signed_in("tidy")
+    lab = _lab_run(learner, [0.05, 0.06])
+    upload(client, "vllm.json", fixture("vllm_bench_serve_detailed.json"))
+    job = BenchJob.objects.get(owner=learner, kind="imported")
+    page = client.get(f"/bench/{job.pk}/").content.decode()
+    assert f'action="/bench/{job.pk}/delete/"' in page and 'id="delete-job"' in page
+    assert job.deletable and not lab.deletable  # the page's button follows the kind's rule
+    assert client.get(f"/bench/{job.pk}/delete/").status_code == 405  # only by the form's POST
+    assert client.post(f"/bench/{lab.pk}/delete/").status_code == 404
+    response = client.post(f"/bench/{job.pk}/delete/")
+    assert response.status_code == 302 and response["Location"] == "/bench/"
+    assert not BenchJob.objects.filter(pk=job.pk).exists() and BenchJob.objects.filter(pk=lab.pk).exists()
+    assert client.get(f"/bench/{job.pk}/").status_code == 404
+
+
+@pytest.mark.django_db
+def test_another_person_cannot_delete_an_imported_run() -> None:
+    owner, owner_client = signed_in("keeper")
+    upload(owner_client, "vllm.json", fixture("vllm_bench_serve_detailed.json"))
+    job = BenchJob.objects.get(owner=owner)
+    _other, client = signed_in("vandal")
+    assert client.post(f"/bench/{job.pk}/delete/").status_code == 404
+    assert BenchJob.objects.filter(pk=job.pk).exists()
+    with pytest.raises(ValueError):  # the service refuses a measured run whoever calls it
+        services.job_delete(job=_lab_run(owner, [0.05]))
+
+
+@pytest.mark.django_db
+def test_a_deleted_import_frees_its_place_under_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(services, "IMPORTED_MAX_PER_USER", 1)
+    learner, client = signed_in("recycler")
+    assert upload(client, "a.json", fixture("vllm_bench_serve.json")).status_code == 302
+    assert upload(client, "b.json", fixture("vllm_bench_serve.json")).status_code == 400
+    client.post(f"/bench/{BenchJob.objects.get(owner=learner).pk}/delete/")
+    assert upload(client, "b.json", fixture("vllm_bench_serve.json")).status_code == 302
+
+
+WARMUP_RECORDS, WARMUP_SUMMARY = "aiperf_warmup_profile_export.jsonl", "aiperf_warmup_profile_export_aiperf.json"
+
+
+def test_aiperfs_warm_up_records_are_not_requests_of_the_run_alone_or_together() -> None:
+    records = [json.loads(line) for line in fixture(WARMUP_RECORDS).splitlines() if line.strip()]
+    phases = [record["metadata"]["benchmark_phase"] for record in records]
+    assert phases.count("warmup") == 2 and phases.count("profiling") == 4  # as AIPerf 0.13.0 wrote them
+    (alone,) = registry.read(fixture(WARMUP_RECORDS))
+    assert len(alone.samples) == 4
+    (found,) = registry.read_together(
+        [(WARMUP_RECORDS, fixture(WARMUP_RECORDS)), (WARMUP_SUMMARY, fixture(WARMUP_SUMMARY))]
+    )
+    assert len(found.samples) == 4 == json.loads(fixture(WARMUP_SUMMARY))["request_latency"]["count"]
+
+
+@pytest.mark.django_db
+def test_an_uploaded_sweep_is_listed_in_english_too() -> None:
+    _learner, client = signed_in("sweeper_en", language="en")
+    listed = client.get(upload(client, "sweep.json", fixture(SWEEP))["Location"]).content.decode()
+    notice = listed.split('id="just-imported"')[1].split("</section>")[0]
+    assert "4 runs just imported" in notice and "Imported (GuideLLM 0.8.1, constant@30.88)" in notice
+    assert not re.findall(r"[\uac00-\ud7a3]+", notice)

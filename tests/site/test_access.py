@@ -42,6 +42,7 @@ class World:
     other_instructor: User
     admin: User
     job: BenchJob
+    imported: BenchJob  # the learner's run read from another tool's file: the one kind its owner may delete
     conversation: Conversation
     answer: Answer
     own_document: Document
@@ -91,6 +92,7 @@ def world(db: None) -> World:
         other_instructor=other_instructor,
         admin=User.objects.create(username="admin", is_staff=True),
         job=BenchJob.objects.create(owner=learner, kind="retrieval", engine_url="http://e", status="done"),
+        imported=BenchJob.objects.create(owner=learner, kind="imported", status="done", results={"cells": []}),
         conversation=conversation,
         answer=Answer.objects.create(conversation=conversation, question="q", text="a", status="done"),
         own_document=_document(learner, rag_access.user_collection_name(learner), "mine.md"),
@@ -143,6 +145,8 @@ TABLE: list[tuple[str, Callable[[World, Any], bool], set[str]]] = [
     ("job_for", _gets(lambda w, u: bench_access.job_for(u, w.job.pk)), {"learner"}),
     ("job_for of the kind", _gets(lambda w, u: bench_access.job_for(u, w.job.pk, kind="retrieval")), {"learner"}),
     ("jobs_for", _gets(lambda w, u: bench_access.jobs_for(u, [w.job.pk])), {"learner"}),
+    ("job_to_delete imported", _gets(lambda w, u: bench_access.job_to_delete(u, w.imported.pk)), {"learner"}),
+    ("job_to_delete measured", _gets(lambda w, u: bench_access.job_to_delete(u, w.job.pk)), set()),
     ("owned_job", lambda w, u: bench_access.owned_job(u, w.job.pk) is not None, {"learner"}),
     ("owns", lambda w, u: bench_access.owns(u, w.job), {"learner"}),
     ("jobs_of", lambda w, u: bench_access.jobs_of(u).filter(pk=w.job.pk).exists(), {"learner"}),
@@ -300,6 +304,22 @@ def test_an_assignment_is_changed_only_by_its_classes_instructor(world: World, p
 def test_an_engine_is_removed_only_by_who_added_it_or_an_admin(world: World, persona: str, status: int) -> None:
     assert world.client(persona).post(f"/engines/{world.engine.pk}/delete/").status_code == status
     assert Engine.objects.filter(pk=world.engine.pk).exists() == (status == 404)
+
+
+@pytest.mark.parametrize(
+    ("persona", "status"),
+    [("other_learner", 404), ("instructor", 404), ("admin", 404), ("learner", 302)],
+)
+def test_an_imported_run_is_deleted_by_its_owner_only_and_a_measured_run_by_nobody(
+    world: World, persona: str, status: int
+) -> None:
+    client = world.client(persona)
+    assert client.post(f"/bench/{world.job.pk}/delete/").status_code == 404
+    response = client.post(f"/bench/{world.imported.pk}/delete/")
+    deleted = persona == "learner"
+    assert response.status_code == status and (response.get("Location") == "/bench/") == deleted
+    assert BenchJob.objects.filter(pk=world.imported.pk).exists() != deleted
+    assert BenchJob.objects.filter(pk=world.job.pk).exists()  # a run measured here stays, whoever asks
 
 
 def test_another_persons_conversation_and_documents_are_not_found(world: World) -> None:
