@@ -441,6 +441,33 @@ def test_the_job_page_shows_where_its_numbers_came_from_in_korean_and_english() 
 
 
 @pytest.mark.django_db
+def test_the_job_page_says_where_a_routed_runs_policy_was_learnt_in_korean_and_english() -> None:
+    owner = User.objects.create(username="routed")
+    engines = [{"url": "http://127.0.0.1:8201", "healthy": True}, {"url": "http://127.0.0.1:8202", "healthy": False}]
+    job = _done_job(
+        owner, router="vllm-router", router_policy="consistent_hash", router_policy_from="settings",
+        router_workers=engines,
+    )  # fmt: skip
+    client = Client()
+    client.force_login(owner)
+    korean = client.get(f"/bench/{job.pk}/").content.decode()
+    assert "<dt>라우팅 정책</dt><dd><code>consistent_hash</code></dd>" in korean
+    assert "<dt>라우팅 정책을 알아낸 곳</dt><dd>설정 LAB_ROUTER_POLICY (라우터는 말하지 않음)</dd>" in korean
+    assert "<dt>라우터 뒤의 엔진</dt><dd>http://127.0.0.1:8201, http://127.0.0.1:8202 (비정상)</dd>" in korean
+    client.cookies["django_language"] = "en"
+    english = client.get(f"/bench/{job.pk}/").content.decode()
+    assert (
+        "<dt>Where the routing policy was learnt</dt><dd>From settings, LAB_ROUTER_POLICY (the router did not say)</dd>"
+        in english
+    )
+    assert "<dd>http://127.0.0.1:8201, http://127.0.0.1:8202 (unhealthy)</dd>" in english
+    said = _done_job(owner, router="vllm-router 0.1.17", router_policy="consistent_hash", router_policy_from="router")
+    diff = client.get(f"/bench/compare/?ids={job.pk}&ids={said.pk}").content.decode()
+    table = diff.split('id="provenance-diff"', 1)[1].split("</table>", 1)[0]
+    assert "Said by the router (the routing decisions on its Prometheus metrics)" in table
+
+
+@pytest.mark.django_db
 def test_a_job_never_read_shows_no_block() -> None:
     owner = User.objects.create(username="old")
     job = _done_job(owner)
