@@ -315,6 +315,20 @@ async def _fill_from_an_engine_behind(workers: Any, found: dict[str, Any], model
         found[key] = direct.get(key)
 
 
+async def said_policy(url: str, unread: list[str] | None = None) -> str | None:
+    """The policy the router at ``url`` names on its Prometheus (``router_policy``), when this project
+    started it (``rag.vllm.router.launched``) and it has routed a request; else None."""
+    launch = vllm_router.launched(url)
+    if launch is None:
+        return None
+    failed: list[str] = []
+    async with vllm_client.connect(launch.metrics_url, timeout=ROUTER_S) as http:
+        text = await _get(http, "/metrics", failed, json=False, timeout=ROUTER_S)
+    if unread is not None:
+        unread.extend(f"vllm-router Prometheus {why}" for why in failed)  # not the engine's /metrics
+    return router_policy(text) if isinstance(text, str) else None
+
+
 async def _read_router(url: str, unread: list[str]) -> dict[str, Any]:
     """What the router at ``url`` says of itself beyond ``/workers``, read after the engine's endpoints
     went through it (``/version`` made it decide once, so its policy is on its metrics), and what this
@@ -324,11 +338,7 @@ async def _read_router(url: str, unread: list[str]) -> dict[str, Any]:
     if launch is None:
         return {}
     found: dict[str, Any] = {"router": router_version()}
-    failed: list[str] = []
-    async with vllm_client.connect(launch.metrics_url, timeout=ROUTER_S) as http:
-        text = await _get(http, "/metrics", failed, json=False, timeout=ROUTER_S)
-    unread.extend(f"vllm-router Prometheus {why}" for why in failed)  # not the engine's /metrics
-    policy = router_policy(text) if isinstance(text, str) else None
+    policy = await said_policy(url, unread)
     if policy:
         found |= {"router_policy": policy, "router_policy_from": "router"}
     elif launch.policy:
