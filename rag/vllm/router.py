@@ -10,7 +10,8 @@ What vllm-router 0.1.17 tells about itself (tried on the real binary, 2026-12-06
 its Prometheus ``/metrics`` on the other port (``--prometheus-port``). No endpoint, header or metric
 gives its version; its policy appears only as the label of
 ``vllm_router_policy_decisions_total``, after it has routed one request. Every other path
-(``/version``, ``/metrics``, ``/server_info``) it passes to one of its engines, picked by its policy.
+(``/version``, ``/metrics``, ``/server_info``) it passes to one of its engines, picked by its policy,
+without the query string.
 """
 
 from __future__ import annotations
