@@ -532,3 +532,18 @@ def test_the_lab_result_shows_where_the_checked_runs_numbers_came_from() -> None
     english = client.get("/labs/1/").content.decode().split('id="lab-results"', 1)[1]
     assert "Where these numbers came from" in english
     assert "<dt>Data type (dtype)</dt><dd><code>bfloat16</code></dd>" in english
+
+
+def test_a_run_through_the_real_router_in_front_of_the_real_engine_reads_both(engine: str) -> None:
+    """vllm-router passes /server_info on without ``config_format=json``: the real engine then answers
+    its config as text, and the dtype comes from the engine the router lists, asked directly."""
+    direct = aio.run(provenance.read(engine))
+    with router_run.started("round_robin", [engine]) as url:
+        through = httpx.get(f"{url}/server_info", params={"config_format": "json"}, timeout=60).json()
+        found = aio.run(provenance.read(url))
+    assert isinstance(through["vllm_config"], str)  # the query was dropped on the way
+    assert found.router_policy == "round_robin" and found.router_policy_from == "router"
+    assert found.router_workers == [{"url": engine.rstrip("/"), "healthy": True}]
+    for key in provenance.ENGINE_FIELDS:
+        assert getattr(found, key) == getattr(direct, key), key
+    assert direct.router == "" and found.unread == []
