@@ -1,7 +1,9 @@
 """A short-lived vllm-router in front of given engines, for a measurement of its routing policy
 (issue 29 item 7): on a free loopback port, with its Prometheus on another and the stack's own flags
 (``rag.vllm.router.router_command``, as ``labapp.ops.stack.components.router`` starts it); ready once
-every engine is healthy in its /workers; stopped (its process group) on every exit path of ``started``."""
+every engine is healthy in its /workers; stopped (its process group) on every exit path of ``started``.
+While it runs, ``rag.vllm.router.launched`` knows its Prometheus address and policy (a run's provenance
+reads them)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from collections.abc import Iterator
 
 import httpx
 
+from rag.vllm import router
 from rag.vllm.router import ROUTER_BINARY, router_command
 
 POLICIES = ("round_robin", "consistent_hash", "cache_aware", "power_of_two")
@@ -45,8 +48,8 @@ def started(policy: str, engines: list[str], *, timeout_s: float = 60.0) -> Iter
         raise ValueError(f"unknown policy {policy!r}")
     if not ROUTER_BINARY.exists():
         raise RouterFailed(f"vllm-router is not installed ({ROUTER_BINARY}: make router)")
-    port = free_port()
-    command = router_command(port=port, metrics_port=free_port(), engines=engines, policy=policy)
+    port, metrics_port = free_port(), free_port()
+    command = router_command(port=port, metrics_port=metrics_port, engines=engines, policy=policy)
     env = os.environ | {"RUST_LOG": "warn"}
     process = subprocess.Popen(
         command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
@@ -60,8 +63,10 @@ def started(policy: str, engines: list[str], *, timeout_s: float = 60.0) -> Iter
             if time.monotonic() > deadline:
                 raise RouterFailed(f"vllm-router ({policy}) did not find its {len(engines)} engines healthy")
             time.sleep(0.2)
+        router.remember(url, router.Launch(metrics_url=f"http://127.0.0.1:{metrics_port}", policy=policy))
         yield url
     finally:
+        router.forget(url)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGTERM)
         try:

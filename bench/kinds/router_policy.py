@@ -22,7 +22,7 @@ import numpy as np
 from asgiref.sync import sync_to_async
 from django.utils.translation import gettext_lazy
 
-from bench import configs, plotting, router_run
+from bench import configs, plotting, provenance, router_run
 from bench.kinds import registry, speed
 from bench.kinds.cells import cell_summary
 from bench.kinds.checks import Check
@@ -209,29 +209,39 @@ class Turn:
     engine: int | None
 
 
-async def _policy(
-    policy: str, number: int, config: RouterPolicyConfig, urls: list[str], *, model: str, progress: Any
+async def _conversations(
+    url: str, policy: str, number: int, config: RouterPolicyConfig, clients: list[httpx.AsyncClient], **given: Any
 ) -> list[Turn]:
-    """The conversations through a router with ``policy``, one request at a time."""
+    """The conversations through the router at ``url``, one request at a time (``given``: model, progress)."""
     turns: list[Turn] = []
+    async with vllm_client.connect(url, timeout=REQUEST_TIMEOUT_S) as http:
+        for n in range(config.conversations):
+            prompt = nonce_line(config.seed, "router", number, n) + CONTEXT
+            for turn in range(1 + config.turns):
+                prompt += f"\n질문 {turn}: " + QUESTION + "\n"
+                spec = vllm_client.RequestSpec(prompt=prompt, max_tokens=config.max_tokens, ignore_eos=False)
+                before = await _served(clients)
+                record = await vllm_client.stream_request(
+                    spec, model=given["model"], client=http, timeout=REQUEST_TIMEOUT_S,
+                    session=f"conversation-{config.seed}-{number}-{n}",
+                )  # fmt: skip
+                turns.append(Turn(n, turn, record, served_by(before, await _served(clients))))
+                prompt += record.generated_text or ""
+                if not await given["progress"](policy, turns):
+                    return turns
+    return turns
+
+
+async def _policy(
+    policy: str, number: int, config: RouterPolicyConfig, urls: list[str], *, model: str, progress: Any, said: Any
+) -> list[Turn]:
+    """The conversations through a router with ``policy``; ``said(policy, name)`` is told the policy the
+    router itself names on its Prometheus once it has routed them (None: it did not say)."""
     clients = [httpx.AsyncClient(base_url=url, timeout=10.0) for url in urls]
     try:
         with routed(policy, urls) as url:
-            async with vllm_client.connect(url, timeout=REQUEST_TIMEOUT_S) as http:
-                for n in range(config.conversations):
-                    prompt = nonce_line(config.seed, "router", number, n) + CONTEXT
-                    for turn in range(1 + config.turns):
-                        prompt += f"\n질문 {turn}: " + QUESTION + "\n"
-                        spec = vllm_client.RequestSpec(prompt=prompt, max_tokens=config.max_tokens, ignore_eos=False)
-                        before = await _served(clients)
-                        record = await vllm_client.stream_request(
-                            spec, model=model, client=http, timeout=REQUEST_TIMEOUT_S,
-                            session=f"conversation-{config.seed}-{number}-{n}",
-                        )  # fmt: skip
-                        turns.append(Turn(n, turn, record, served_by(before, await _served(clients))))
-                        prompt += record.generated_text or ""
-                        if not await progress(policy, turns):
-                            return turns
+            turns = await _conversations(url, policy, number, config, clients, model=model, progress=progress)
+            said(policy, await provenance.said_policy(url))
     finally:
         for client in clients:
             await client.aclose()
@@ -298,10 +308,11 @@ async def measure(
         raise RuntimeError(fewer_than_two(found))
     urls = [url for url, _name in found]
     done: dict[str, list[Turn]] = {}
+    said: dict[str, str | None] = {}  # the policy each router named itself (provenance.said_policy)
     cancelled = False
 
     def results() -> dict[str, Any]:
-        cells = [policy_cell(p, turns, len(urls)) for p, turns in done.items() if turns]
+        cells = [policy_cell(p, turns, len(urls)) | {"policy_said": said.get(p)} for p, turns in done.items() if turns]
         return {"cells": cells, "engines": [addresses.shown(url) for url in urls], "cancelled": cancelled}
 
     async def progress(policy: str, turns: list[Turn]) -> bool:
@@ -315,7 +326,9 @@ async def measure(
             ):
                 cancelled = True
                 break
-            done[policy] = await _policy(policy, number, config, urls, model=model, progress=progress)
+            done[policy] = await _policy(
+                policy, number, config, urls, model=model, progress=progress, said=said.__setitem__
+            )
             await reporter.partial(results() | {"partial": True})
             if len(done[policy]) < config.conversations * (1 + config.turns):
                 cancelled = True
@@ -390,7 +403,25 @@ def checks(results: dict[str, Any]) -> list[Check]:
                 applies=balance is not None,
             )
         )
-    return found
+    return found + _said_checks(results)
+
+
+def _said_checks(results: dict[str, Any]) -> list[Check]:
+    """Whether each router named, on its Prometheus, the policy it was started with (none when no
+    router said: a run from before routers were asked, or routers this project did not start)."""
+    named = [(str(c.get("cell")), str(c["policy_said"])) for c in results.get("cells") or [] if c.get("policy_said")]
+    if not named:
+        return []
+    same = all(asked == said for asked, said in named)
+    return [
+        Check(
+            _("라우터마다 요청한 정책으로 라우팅했다고 스스로 말함"),
+            same,
+            _("요청한 정책 → 라우터가 말한 정책: %(pairs)s")
+            % {"pairs": ", ".join(f"{asked} → {said}" for asked, said in named)},
+            "" if same else _("설치된 vllm-router가 이 정책 이름을 다르게 읽는지 확인하세요 (vllm-router --help)."),
+        )
+    ]
 
 
 KIND = registry.register(

@@ -4,6 +4,14 @@ The router (started by ``labapp.ops.stack.components.router``) is an OpenAI-comp
 the chat streams through it with ``rag.vllm.client`` as through an engine (``client.chat_url``).
 Only what is its own is asked here: ``GET /workers``, each engine with the router's verdict on
 its health (its checks every few seconds, and its circuit breaker after failed requests).
+
+What vllm-router 0.1.17 tells about itself (tried on the real binary, 2026-12-06): ``/workers``,
+``/list_workers``, ``/get_loads``, ``/readiness``, ``/health`` and ``/liveness`` on its port, and
+its Prometheus ``/metrics`` on the other port (``--prometheus-port``). No endpoint, header or metric
+gives its version; its policy appears only as the label of
+``vllm_router_policy_decisions_total``, after it has routed one request. Every other path
+(``/version``, ``/metrics``, ``/server_info``) it passes to one of its engines, picked by its policy,
+without the query string.
 """
 
 from __future__ import annotations
@@ -43,6 +51,38 @@ def router_command(*, port: int, metrics_port: int, engines: list[str], policy: 
         str(ROUTER_BINARY), "--host", "127.0.0.1", "--port", str(port), "--worker-urls", *engines,
         "--policy", policy, "--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics_port), *ROUTER_FLAGS,
     ]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A router this project started: where its Prometheus ``/metrics`` answers, and the ``--policy``
+    on its command line when this process started it (None: another process did)."""
+
+    metrics_url: str
+    policy: str | None
+
+
+_STARTED: dict[str, Launch] = {}  # base URL -> launch: the routers this process runs (bench.router_run)
+
+
+def remember(url: str, launch: Launch) -> None:
+    _STARTED[url.rstrip("/")] = launch
+
+
+def forget(url: str) -> None:
+    _STARTED.pop(url.rstrip("/"), None)
+
+
+def launched(url: str) -> Launch | None:
+    """How the router at ``url`` was started, when this project started it: one this process runs,
+    or the stack's embedded router (on LAB_ROUTER_PORT, its Prometheus on LAB_ROUTER_METRICS_PORT).
+    None for a router run elsewhere: its Prometheus address is its operator's, and its own port's
+    ``/metrics`` is one of its engines'."""
+    if url.rstrip("/") in _STARTED:
+        return _STARTED[url.rstrip("/")]
+    if settings.ROUTER_EMBEDDED and url.rstrip("/") == str(settings.ROUTER_URL).rstrip("/"):
+        return Launch(metrics_url=f"http://127.0.0.1:{settings.LAB_ROUTER_METRICS_PORT}", policy=None)
+    return None
 
 
 @dataclass(frozen=True)

@@ -71,6 +71,7 @@ def test_a_length_sweep_job_on_the_real_engine_fits_rising_lines(engine: str, mo
     origin = done.provenance
     assert origin["vllm_version"] == vllm_client.engine_info(url=engine).version != "?"
     assert origin["prefix_caching"] is True and origin["max_model_len"] and origin["block_size"]
+    assert origin["router"] == "" and origin["router_workers"] is None  # asked directly: no router answered
     if settings.VLLM_EMBEDDED:  # the harness's engine runs in development mode: /server_info answers
         assert origin["dtype"] == engine_dtype(has_nvidia_gpu())  # as the harness started it (--dtype)
         assert origin["chunked_prefill"] is not None and origin["tensor_parallel_size"] == 1 and origin["device"]

