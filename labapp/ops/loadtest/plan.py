@@ -48,6 +48,7 @@ class AskResult:
     last_delay_ms: float | None = None
     overhead_saved_ms: float | None = None  # what the server's overhead frame sent back
     gaps_ms: list[float] = field(default_factory=list)
+    received: str = ""  # the token frames' text as it arrived (what the page showed if the socket closed)
 
 
 @dataclass

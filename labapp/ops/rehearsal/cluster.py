@@ -196,6 +196,8 @@ http {{
   }}
   server {{
     listen 127.0.0.1:{port};
+    # The rehearsal's own: which web process answered (a chat socket's handshake says where it lives).
+    add_header X-Lab-Upstream $upstream_addr always;
     location / {{
       proxy_pass http://lab_web;
       proxy_http_version 1.1;
@@ -213,7 +215,8 @@ http {{
 
 def nginx(port: int, web_ports: list[int], folder: Path) -> Component:
     """Debian's nginx in front of the web processes: round robin, websockets upgraded, a web process
-    that refuses connections taken out for 5 s (a request it could not start goes to the other)."""
+    that refuses connections taken out for 5 s (a request it could not start goes to the other).
+    Every answer names the web process behind it (``X-Lab-Upstream``), which the web fault reads."""
     servers = "\n".join(f"    server 127.0.0.1:{p} max_fails=1 fail_timeout=5s;" for p in web_ports)
     user = "user root root;" if os.geteuid() == 0 else ""
 
