@@ -32,6 +32,7 @@ from labapp.ops.stack.launch import Service, ServiceFailed
 NGINX = "/usr/sbin/nginx"
 DB_NAME = DB_USER = "lab"
 SCRIPTED_TTFT_MS, SCRIPTED_ITL_MS = 30, 5  # the scripted engines' pace: a reduced rehearsal in seconds
+SCRIPTED_CHAT_WORDS = 200  # the scripted chat engine's answer: this many words, cut at the question's max_tokens
 ENGINES, CHAT_ENGINES = 2, 1  # the layout rehearsed (LAB_ENGINES, LAB_CHAT_ENGINES): one measures, one chats
 
 
@@ -244,6 +245,8 @@ def scripted_engine(spec: layout.EngineSpec) -> Component:
         sys.executable, "-m", "labapp.ops.scripted", "--port", str(port), "--ttft-ms", str(SCRIPTED_TTFT_MS),
         "--itl-ms", str(SCRIPTED_ITL_MS), "--model", components.served_model(),
     ]  # fmt: skip
+    if not spec.measures:  # answers of different words: "x" repeated is cut by the chat's repeat guard at once
+        command += ["--words", str(SCRIPTED_CHAT_WORDS)]
     return Component(
         name=spec.name, command=command, port=port, ready=lambda: components._http_ok(f"{spec.url}/health")
     )

@@ -50,7 +50,8 @@ POLL_S = 10.0  # a waiting learner's page is refreshed this often (the page's ow
 GRADEBOOK_EVERY_S = 20.0
 ASK_TRIES = 3  # a question cut off by a closed socket is asked again, at most this often
 # What each chat question asks for (the page's default is 128 tokens): 64 tokens stream for about
-# 0.3 s on the scripted engine, long enough for the web fault to land mid-answer.
+# 0.3 s on the scripted chat engine (different words: cluster.SCRIPTED_CHAT_WORDS), long enough for
+# the web fault to land mid-answer.
 CHAT = LoadPlan(max_tokens=64, top_k=2)
 
 
