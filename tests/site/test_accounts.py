@@ -352,6 +352,29 @@ def test_the_default_limits_let_a_class_of_300_behind_one_address_join_in_a_lect
     assert settings.SIGNUPS_PER_ADDRESS_PER_HOUR >= 300 and settings.JOINS_PER_CLASS_PER_MINUTE >= 60
 
 
+def test_a_sign_up_cut_between_its_two_rows_leaves_neither_and_sent_again_makes_both(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A web process that dies mid sign-up (the class rehearsal's web fault): the account and its
+    membership are one transaction, so the learner's second try finds no half-made account."""
+    made = Membership.objects.create
+
+    def dies(**fields: Any) -> Membership:
+        raise ConnectionError("the web process died here")
+
+    monkeypatch.setattr(Membership.objects, "create", dies)
+    with pytest.raises(ConnectionError):
+        _signup(Client(REMOTE_ADDR="10.0.4.1"), world.room_a.join_code, "halfway")
+    assert not User.objects.filter(username="halfway").exists()
+    monkeypatch.setattr(Membership.objects, "create", made)
+    again = Client(REMOTE_ADDR="10.0.4.1")
+    assert _signup(again, world.room_a.join_code, "halfway").status_code == 302
+    assert Membership.objects.filter(user__username="halfway", classroom=world.room_a).count() == 1
+    third = _signup(Client(REMOTE_ADDR="10.0.4.1"), world.room_a.join_code, "halfway")  # its answer lost: again
+    assert third.status_code == 200 and "username" in third.context["form"].errors
+    assert User.objects.filter(username="halfway").count() == 1
+
+
 def _signup_form(code: str, username: str) -> dict[str, str]:
     return {"join_code": code, "username": username, "email": "", "password1": PASSWORD, "password2": PASSWORD}
 

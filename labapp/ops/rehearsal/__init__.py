@@ -10,5 +10,6 @@ Jain's fairness index over them, runs passed and disturbed, the chat's TTFT, 5xx
     python -m labapp.ops.rehearsal [--learners 30] [--scripted] [--lab-scale minimum|default]
 
 Figures are printed, never asserted; the reduced rehearsal in `make test`
-(tests/ops/test_rehearsal.py) asserts only that nothing was lost or broken.
+(tests/ops/test_rehearsal.py, with the web fault) asserts only what was lost or broken and what
+became of the killed web process's chat sockets.
 """

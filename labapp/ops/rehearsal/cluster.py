@@ -32,6 +32,7 @@ from labapp.ops.stack.launch import Service, ServiceFailed
 NGINX = "/usr/sbin/nginx"
 DB_NAME = DB_USER = "lab"
 SCRIPTED_TTFT_MS, SCRIPTED_ITL_MS = 30, 5  # the scripted engines' pace: a reduced rehearsal in seconds
+SCRIPTED_CHAT_WORDS = 200  # the scripted chat engine's answer: this many words, cut at the question's max_tokens
 ENGINES, CHAT_ENGINES = 2, 1  # the layout rehearsed (LAB_ENGINES, LAB_CHAT_ENGINES): one measures, one chats
 
 
@@ -196,6 +197,8 @@ http {{
   }}
   server {{
     listen 127.0.0.1:{port};
+    # The rehearsal's own: which web process answered (a chat socket's handshake says where it lives).
+    add_header X-Lab-Upstream $upstream_addr always;
     location / {{
       proxy_pass http://lab_web;
       proxy_http_version 1.1;
@@ -213,7 +216,8 @@ http {{
 
 def nginx(port: int, web_ports: list[int], folder: Path) -> Component:
     """Debian's nginx in front of the web processes: round robin, websockets upgraded, a web process
-    that refuses connections taken out for 5 s (a request it could not start goes to the other)."""
+    that refuses connections taken out for 5 s (a request it could not start goes to the other).
+    Every answer names the web process behind it (``X-Lab-Upstream``), which the web fault reads."""
     servers = "\n".join(f"    server 127.0.0.1:{p} max_fails=1 fail_timeout=5s;" for p in web_ports)
     user = "user root root;" if os.geteuid() == 0 else ""
 
@@ -241,6 +245,8 @@ def scripted_engine(spec: layout.EngineSpec) -> Component:
         sys.executable, "-m", "labapp.ops.scripted", "--port", str(port), "--ttft-ms", str(SCRIPTED_TTFT_MS),
         "--itl-ms", str(SCRIPTED_ITL_MS), "--model", components.served_model(),
     ]  # fmt: skip
+    if not spec.measures:  # answers of different words: "x" repeated is cut by the chat's repeat guard at once
+        command += ["--words", str(SCRIPTED_CHAT_WORDS)]
     return Component(
         name=spec.name, command=command, port=port, ready=lambda: components._http_ok(f"{spec.url}/health")
     )

@@ -3,9 +3,13 @@ done to the real process (SIGKILL to it and everything under it) while a lab run
 the process is started again, as an operator's supervisor would; what followed is recorded as seen,
 defects included, never judged here.
 
-* ``web``: one of the two Daphne processes dies. Learners' open chat sockets on it close; they open
-  again through nginx (to the other) and ask again. Recorded: sockets that reopened, questions cut
-  mid-answer and how their saved answers ended, 5xx nginx answered meanwhile.
+* ``web``: one of the two Daphne processes dies, once a learner's answer is streaming on a chat socket
+  it serves (nginx's ``X-Lab-Upstream`` on the socket's handshake says which; after ``WEB_WAIT_S``
+  without one, the one holding a learner's open socket). Those sockets close; chat.js opens them
+  again 2 s later through nginx (to the other process) and the learner sends the question again.
+  Recorded: the sockets on it and where and when each opened again; each answer in flight: what the
+  learner's page had shown and how its row was saved (status, text kept); frames misdelivered
+  meanwhile; the 5xx nginx answered meanwhile and the forms learners sent again.
 * ``worker``: the Celery worker measuring a run dies (the one holding a connection to the measuring
   engine). Recorded: that run's status afterwards, whether it ended, and how many times it started.
 * ``router``: vllm-router stops for 15 s. Recorded: what /status.json says of it while down, a chat
@@ -28,13 +32,15 @@ from labapp import engine_layout as layout
 from labapp.ops.loadtest.plan import AskResult
 from labapp.ops.loadtest.traffic import _Tab, site_origin, socket_url
 from labapp.ops.rehearsal.cluster import Cluster
-from labapp.ops.rehearsal.learners import CHAT, Class
+from labapp.ops.rehearsal.learners import CHAT, Browser, Class
 from labapp.ops.stack import launch
 from labapp.ops.stack.__main__ import port_in_use
 
 FAULTS = ("web", "worker", "router", "engine")
 RUN_WAIT_S = 120.0  # how long a fault waits for a lab run to be measuring (else it is skipped)
 SETTLE_S = 300.0  # how long a fault follows the run it hit
+WEB_WAIT_S = 180.0  # how long the web fault waits for an answer streaming on a socket (else: an open socket)
+WEB_DOWN_S = 30.0  # how long the killed web process stays down
 
 
 def kill(cluster: Cluster, name: str) -> None:
@@ -110,20 +116,99 @@ def _worker_measuring(cluster: Cluster) -> str | None:
     return None
 
 
-async def fault_web(cluster: Cluster, klass: Class) -> dict[str, Any]:
-    before_log, before_cut = len(cluster.access_log()), sum(p.cut_asks for p in klass.learners)
-    before_reopen = klass.reopened
-    await asyncio.to_thread(kill, cluster, "web-a")
-    await asyncio.sleep(30)  # the class goes on on the other web process
-    again_s = await asyncio.to_thread(restart, cluster, "web-a")
-    fivexx = [line for line in cluster.access_log()[before_log:] if line[:1] == "5"]
+def _web_names(cluster: Cluster) -> dict[str, str]:
+    """nginx's upstream address (host:port) → the web process's name."""
+    return {f"127.0.0.1:{cluster.ports.web_a}": "web-a", f"127.0.0.1:{cluster.ports.web_b}": "web-b"}
+
+
+def _streaming(browser: Browser) -> bool:
+    """An answer streaming on the browser's open socket, with at least one token on the page."""
+    ask = browser.asking
+    return (
+        browser.socket is not None and ask is not None and ask.answer_id is not None and ask.tokens > 0
+    ) and ask.status == "unanswered"
+
+
+async def _web_target(cluster: Cluster, klass: Class) -> tuple[str, str]:
+    """Which web process to kill and why: the first found serving a socket with an answer streaming;
+    after ``WEB_WAIT_S`` without one, one serving a learner's open socket; else web-a."""
+    names = _web_names(cluster)
+    deadline = time.monotonic() + WEB_WAIT_S
+    while time.monotonic() < deadline:
+        for browser in list(klass.browsers.values()):
+            if _streaming(browser) and browser.upstream in names:
+                return names[browser.upstream], "a learner's answer was streaming on it"
+        await asyncio.sleep(0.01)
+    for browser in list(klass.browsers.values()):
+        if browser.socket is not None and browser.upstream in names:
+            return names[browser.upstream], f"no answer streamed within {WEB_WAIT_S:.0f} s; a socket was open on it"
+    return "web-a", "no learner held a chat socket"
+
+
+def _answer_row(answer_id: int) -> dict[str, Any]:
+    from rag.models import Answer
+
+    row = Answer.objects.filter(pk=answer_id).values("status", "text").first()
+    return {"status": "missing", "text": ""} if row is None else dict(row)
+
+
+async def _in_flight(browser: Browser, ask: AskResult) -> dict[str, Any]:
+    """An answer cut by the kill: what the learner's page showed, how its row was saved, and the
+    question sent again after it."""
+    row = await asyncio.to_thread(_answer_row, int(ask.answer_id or 0))
+    mine = browser.learner.asks
+    later = mine[mine.index(ask) + 1 :] if ask in mine else []
+    shown, saved = ask.received, str(row["text"])
     return {
-        "killed": "web-a (Daphne)",
-        "restarted_after_s": 30 + again_s,
-        "sockets_reopened": klass.reopened - before_reopen,
-        "answers_cut_mid_stream": sum(p.cut_asks for p in klass.learners) - before_cut,
+        "learner": browser.learner.username,
+        "answer": ask.answer_id,
+        "cut": ask.status == "closed",  # else it ended (done) before the kill reached it
+        "page_showed_chars": len(shown),
+        "saved_status": row["status"],
+        "saved_chars": len(saved),
+        "partial_text_kept": bool(shown) and saved.startswith(shown),
+        "asked_again": f"{later[0].status} (answer {later[0].answer_id})" if later else "not yet",
+    }
+
+
+def _reopened(browser: Browser, killed_at: float, names: dict[str, str]) -> dict[str, Any]:
+    after = [(at, upstream) for at, upstream in browser.sockets if at > killed_at]
+    if not after:
+        return {"learner": browser.learner.username, "reopened": False}
+    at, upstream = after[0]
+    return {
+        "learner": browser.learner.username,
+        "reopened": True,
+        "after_s": round(at - killed_at, 1),
+        "to": names.get(upstream, upstream or "unknown"),
+    }
+
+
+async def fault_web(cluster: Cluster, klass: Class) -> dict[str, Any]:
+    name, why = await _web_target(cluster, klass)
+    names = _web_names(cluster)
+    address = next(a for a, n in names.items() if n == name)
+    on_it = [b for b in list(klass.browsers.values()) if b.socket is not None and b.upstream == address]
+    flying = [(b, b.asking) for b in on_it if _streaming(b)]
+    before_log, before_misdelivered = len(cluster.access_log()), len(klass.chat.misdelivered)
+    retried_before = sum(len(p.retried) for p in klass.learners)
+    killed_at = time.monotonic()
+    await asyncio.to_thread(kill, cluster, name)
+    await asyncio.sleep(WEB_DOWN_S)  # the class goes on on the other web process
+    again_s = await asyncio.to_thread(restart, cluster, name)
+    fivexx = [line for line in cluster.access_log()[before_log:] if line[:1] == "5"]
+    await asyncio.sleep(5)  # a question sent again after the last reconnect has its answer
+    return {
+        "killed": f"{name} (Daphne)",
+        "why_then": why,
+        "restarted_after_s": round(WEB_DOWN_S + again_s, 1),
+        "sockets_on_it": len(on_it),
+        "sockets": [_reopened(b, killed_at, names) for b in on_it],
+        "answers_in_flight": [await _in_flight(b, ask) for b, ask in flying if ask is not None],
+        "misdelivered_meanwhile": len(klass.chat.misdelivered) - before_misdelivered,
         "5xx_meanwhile": len(fivexx),
         "5xx_lines": fivexx[:5],
+        "forms_sent_again": sum(len(p.retried) for p in klass.learners) - retried_before,
     }
 
 

@@ -8,7 +8,11 @@ own record; nothing here is a timed pass/fail (``failures`` lists only what was 
 * lab runs **passed** (every check of the run) and **disturbed** (a cell measured while other traffic
   ran on its engine), and which engine measured how many;
 * chat **TTFT** p50/p95 (question sent → first token frame) during the class;
-* **5xx** in nginx's access log; **lost** frames (an ask that ended without its own ``done`` on an open
+* the **web fault** (``faults.fault_web``): the chat sockets on the killed process, whether each opened
+  again and to which process, and each answer in flight: saved as what, with its partial text or not;
+  the forms learners sent again after a 5xx or no answer;
+* **5xx** in nginx's access log (those answered while a fault had a process down are the fault's);
+  **lost** frames (an ask that ended without its own ``done`` on an open
   socket, or a frame delivered to a socket it was not for), runs (accepted but no job, or never
   ended) and hand-ins (accepted but no saved hand-in of that run).
 """
@@ -154,21 +158,42 @@ def report_build(
             "gradebook": {k: v for k, v in klass.gradebook.items() if k != "ms"}
             | {"ms": _pcts(klass.gradebook.get("ms", []))},
             "learner_errors": [f"{p.username}: {e}" for p in klass.learners for e in p.errors][:40],
+            "forms_sent_again": [f"{p.username}: {r}" for p in klass.learners for r in p.retried][:40],
         }
         | _timing(learners, jobs, measuring_engines)
         | _losses(klass, learners, jobs, access_log)
     )
 
 
-def failures(report: dict[str, Any]) -> list[str]:
-    """What was lost or broken (the reduced rehearsal in `make test` asserts none); never a speed."""
+def _web_failures(web: dict[str, Any]) -> list[str]:
+    """The web fault's: a socket on the killed process that never opened again; an answer cut in flight
+    not saved "stopped" with the text the learner's page had shown (issue 29: nothing lost)."""
     found = []
+    stuck = [s["learner"] for s in web.get("sockets", []) if not s["reopened"]]
+    if stuck:
+        found.append(f"web fault: chat sockets on {web['killed']} never opened again: {stuck}")
+    unsaved = [
+        f"answer {a['answer']} ({a['learner']}): saved {a['saved_status']} with {a['saved_chars']} of the "
+        f"{a['page_showed_chars']} characters its page showed"
+        for a in web.get("answers_in_flight", [])
+        if a["cut"] and (a["saved_status"] != "stopped" or not a["partial_text_kept"])
+    ]
+    if unsaved:
+        found.append(f"web fault: answers in flight not saved stopped with their partial text: {unsaved}")
+    return found
+
+
+def failures(report: dict[str, Any]) -> list[str]:
+    """What was lost or broken (the reduced rehearsal in `make test` asserts what); never a speed."""
+    found = []
+    faults = {name: f for name, f in report.get("faults", {}).items() if isinstance(f, dict)}
     lost = report["lost"]
     for what in ("frames", "runs", "hand_ins"):
         if lost[what]:
             found.append(f"lost {what}: {lost[what]} {lost[what + '_detail']}")
-    if report["http_5xx"]:
-        found.append(f"{report['http_5xx']} responses 5xx: {report['http_5xx_lines']}")
+    during = sum(int(f.get("5xx_meanwhile", 0)) for f in faults.values())  # nginx's 502 for a request in flight
+    if report["http_5xx"] > during:
+        found.append(f"{report['http_5xx'] - during} responses 5xx outside a fault: {report['http_5xx_lines']}")
     signed = report["learners"]
     if signed["signed_up"] != signed["asked"]:
         found.append(f"{signed['asked'] - signed['signed_up']} learners could not sign up")
@@ -183,6 +208,8 @@ def failures(report: dict[str, Any]) -> list[str]:
         found.append("Jain's index could not be computed (no run started)")
     if report["learner_errors"]:
         found.append(f"learners' errors: {report['learner_errors']}")
+    if "web" in faults:
+        found += _web_failures(faults["web"])
     return found
 
 
@@ -192,6 +219,22 @@ def _f(value: Any, unit: str = "") -> str:
 
 def _pair(pcts: dict[str, Any], unit: str) -> str:
     return f"{_f(pcts['p50'], unit)} / {_f(pcts['p95'], unit)}"
+
+
+def _web_row(web: dict[str, Any]) -> str:
+    if "sockets" not in web:
+        return str(web)[:300]
+    back = [s for s in web["sockets"] if s["reopened"]]
+    flying = [a for a in web["answers_in_flight"] if a["cut"]]
+    kept = sum(a["partial_text_kept"] and a["saved_status"] == "stopped" for a in flying)
+    return (
+        f"{web['killed']}, {web['why_then']}: {len(back)}/{len(web['sockets'])} sockets on it opened again "
+        f"(to {dict(Counter(s['to'] for s in back))}, after {[s['after_s'] for s in back]} s); "
+        f"{len(flying)} answers cut in flight, saved {dict(Counter(a['saved_status'] for a in flying))}, "
+        f"stopped with their partial text {kept}/{len(flying)}, asked again {[a['asked_again'] for a in flying]}; "
+        f"{web['misdelivered_meanwhile']} frames misdelivered; {web['5xx_meanwhile']} 5xx while down, "
+        f"{web['forms_sent_again']} forms sent again"
+    )
 
 
 def table(report: dict[str, Any]) -> str:
@@ -215,5 +258,9 @@ def table(report: dict[str, Any]) -> str:
         ("gradebook", f"{book.get('reads', 0)} reads, p50 {_f(book['ms']['p50'], ' ms')}, lists {listed} learners"),
         ("5xx", str(report["http_5xx"])),
         ("lost frames / runs / hand-ins", f"{lost['frames']} / {lost['runs']} / {lost['hand_ins']}"),
+        ("forms sent again", f"{len(report['forms_sent_again'])}: {report['forms_sent_again'][:4]}"),
     ]
+    web = report.get("faults", {}).get("web")
+    if isinstance(web, dict):
+        rows.append(("web fault", _web_row(web)))
     return aligned(rows)

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from labapp.ops.scripted.prefix_cache import PrefixCache
-from labapp.ops.scripted.script import Script
+from labapp.ops.scripted.script import Script, plain_words
 from labapp.ops.scripted.server import READY_LINE, ScriptedServer, run_server
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -134,6 +134,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--itl-ms", type=float, default=10.0, help="gap between tokens")
     parser.add_argument("--model", default="scripted")
     parser.add_argument("--text", default="x", help="every token's text")
+    parser.add_argument(
+        "--words",
+        type=int,
+        default=0,
+        help="answer with this many different words, cut at max_tokens (a chat answer the repeat guard never cuts)",
+    )
     parser.add_argument("--max-streams", type=int, default=0, help="at most this many generate at once (0: no cap)")
     parser.add_argument(
         "--prefix-cache", action="store_true", help="simulate a prefix cache: cached tokens from the prompts served"
@@ -147,6 +153,8 @@ def main(argv: list[str] | None = None) -> None:
     raise_open_file_limit()
     script = Script.timed(ttft_s=args.ttft_ms / 1000, itl_s=args.itl_ms / 1000, model=args.model, text=args.text)
     script.max_streams = max(0, args.max_streams)
+    if args.words > 0:
+        script.pieces, script.cut_at_max_tokens = plain_words(args.words), True
     if args.prefix_cache:
         script.prefix_cache = PrefixCache(prefill_s_per_token=args.prefill_ms_per_token / 1000)
     with contextlib.suppress(KeyboardInterrupt):
