@@ -20,6 +20,16 @@ def _pcts(values: list[float]) -> dict[str, float | None]:
     return {"p50": round(percentile(values, 50), 1), "p95": round(percentile(values, 95), 1), "n": len(values)}
 
 
+def _admission(asks: list[Any]) -> dict[str, Any]:
+    """The chat's admission: asks turned away (line full) and asked again after the retry time, and
+    how long the admitted ones waited in its line."""
+    return {
+        "refused": sum(a.refused for a in asks),
+        "refused_asks": sum(a.refused > 0 for a in asks),
+        "queued_ms": _pcts([a.queued_ms for a in asks if a.queued_ms is not None]),
+    }
+
+
 def report_build(
     plan: LoadPlan,
     cast: Cast,
@@ -45,11 +55,7 @@ def report_build(
             "done": sum(a.status == "done" for a in asks),
             "failed": [f"{a.client_id}: {a.status} {a.error[:160]}" for a in asks if a.status != "done"],
             "tokens": _pcts([float(a.tokens) for a in asks]),
-            # The chat's admission: asks turned away (line full) and asked again after the retry time,
-            # and how long the admitted ones waited in its line.
-            "refused": sum(a.refused for a in asks),
-            "refused_asks": sum(a.refused > 0 for a in asks),
-            "queued_ms": _pcts([a.queued_ms for a in asks if a.queued_ms is not None]),
+            **_admission(asks),
         },
         "misdelivered": [m for r in rounds for m in r.misdelivered],
         "socket_errors": [e for r in rounds for e in r.socket_errors],
