@@ -12,6 +12,7 @@ from django.db import close_old_connections
 from bench import jobrun, pools, services
 from bench.engine_lock import EngineBusy, engine_lock
 from labapp.celery import app
+from rag import conversations, keeper
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,8 @@ class ReapLostJobs(bootsteps.StartStopStep):
 
     The pages reap too, but a class whose learners sit on a running job's page while its worker is
     gone would otherwise wait for someone to open another page; and the runs queued behind it wait with it.
-    A Celery worker bootstep on the worker's own timer: no beat process to run and keep alive.
+    A Celery worker bootstep on the worker's own timer: no beat process to run and keep alive. The
+    same timer saves stopped the chat answers a killed web process left streaming (``rag.keeper``).
     """
 
     requires = {"celery.worker.components:Timer"}
@@ -70,13 +72,17 @@ class ReapLostJobs(bootsteps.StartStopStep):
         super().__init__(parent, **kwargs)
         self.every_s = max(1.0, settings.BENCH_STALE_S / 3)
         self.tref: Any = None
+        self.answers_tref: Any = None
 
     def start(self, parent: Any) -> None:
         self.tref = parent.timer.call_repeatedly(self.every_s, reap_lost_jobs)
+        # Answers left streaming by a killed web process, on the same timer, as often as they go stale.
+        self.answers_tref = parent.timer.call_repeatedly(keeper.ORPHAN_S / 2, reap_lost_answers)
 
     def stop(self, parent: Any) -> None:
-        if self.tref is not None:
-            self.tref.cancel()
+        for tref in (self.tref, self.answers_tref):
+            if tref is not None:
+                tref.cancel()
 
 
 def reap_lost_jobs() -> int:
@@ -88,6 +94,17 @@ def reap_lost_jobs() -> int:
         return 0
     finally:
         close_old_connections()  # the timer thread's own connection, as a request's end would
+
+
+def reap_lost_answers() -> int:
+    """``rag.conversations.answers_orphaned_stop`` from the worker's timer thread, as ``reap_lost_jobs``."""
+    try:
+        return conversations.answers_orphaned_stop()
+    except Exception:
+        log.warning("the lost-answer reaper could not run this time", exc_info=True)
+        return 0
+    finally:
+        close_old_connections()
 
 
 app.steps["worker"].add(ReapLostJobs)

@@ -34,7 +34,7 @@ from django.utils import translation
 from django.utils.translation import gettext as _
 
 from labapp import request_numbers, said
-from rag import access, admission, chat, conversations, prompting, retrieval
+from rag import access, admission, chat, conversations, keeper, prompting, retrieval
 from rag.models import Answer
 
 log = logging.getLogger(__name__)
@@ -185,6 +185,7 @@ class Ask:
         self.refusal: Refused | None = None
         self.conversation_id: int | None = None
         self.parent_id: int | None = None
+        self.keeper: keeper.Keeper | None = None  # the row kept current while the answer streams
 
     async def check(self, content: Frame) -> None:
         """Check: the frame's fields here; then, on a search thread, what needs the database. The
@@ -262,6 +263,8 @@ class Ask:
         if self.refusal is not None:
             raise self.refusal
         answer: Answer = await database_sync_to_async(self._write_row)()
+        self.keeper = keeper.Keeper(answer.pk, self.run.record)  # before anyone can see the row saved
+        self.keeper.start()
         return answer
 
     def _write_row(self) -> Answer:
@@ -326,7 +329,7 @@ class Ask:
                 await self._admit(ticket)
                 held_at = time.perf_counter()
                 keeping = asyncio.create_task(self.gate.keep(ticket))
-                await chat.answer_run(run, self.frames.send, self.retrieving)
+                await chat.answer_run(run, self._send, self.retrieving)
             status = Answer.Status.FAILED if run.error else Answer.Status.DONE
         except asyncio.CancelledError:
             status = Answer.Status.STOPPED
@@ -349,6 +352,12 @@ class Ask:
             self._discard_retrieval()
             self.on_end()
             await asyncio.shield(self._estimate_then_finish(status))
+
+    async def _send(self, frame: Frame) -> None:
+        """An answer's frame to the learner; new text is also kept on its row (``rag.keeper``)."""
+        await self.frames.send(frame)
+        if frame["type"] == "token" and self.keeper is not None:
+            self.keeper.nudge()
 
     async def _admit(self, ticket: admission.Ticket) -> None:
         """A slot at the engine for this answer: at once, or after waiting in line (each new position
@@ -420,6 +429,8 @@ class Ask:
             answer = await self.saving
         except Exception:  # refused or failed: save reported it, there is no row to finish
             return
+        if self.keeper is not None:
+            await self.keeper.stop()  # its last write lands before the final one, never after
         with translation.override(self.language):
             chat.explain_empty(self.run, stopped=status == Answer.Status.STOPPED)
         saved = await database_sync_to_async(conversations.answer_finish)(

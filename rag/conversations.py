@@ -13,13 +13,14 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from labapp import said
-from rag import access
+from rag import access, keeper
 from rag.chat import AnswerRun
 from rag.models import Answer, Conversation
 
-# A row still "streaming" after this long lost its process (a restart mid-answer): it no
-# longer counts against the learner's limit of answers at once.
-STREAMING_STALE_S = 15 * 60
+# A row still "streaming" whose process has not stamped it for ``keeper.ORPHAN_S`` lost that process
+# (killed mid-answer): it no longer counts against the learner's limit of answers at once, and
+# ``answers_orphaned_stop`` saves it stopped.
+CUT_OFF = "cut_off"  # the notice's code on an answer saved stopped that way
 
 
 class NotFound(LookupError):
@@ -105,12 +106,12 @@ def streaming_count(user: AbstractBaseUser) -> int:
     and building the ORM's query costs ~0.6 ms where running it costs ~0.1 (SQLite, two cores).
     ``tests/rag/test_conversations.py`` holds the two to the same answer."""
     answer, conversation = (connection.ops.quote_name(m._meta.db_table) for m in (Answer, Conversation))
-    since = connection.ops.adapt_datetimefield_value(timezone.now() - timedelta(seconds=STREAMING_STALE_S))
+    since = connection.ops.adapt_datetimefield_value(_alive_since())
     with connection.cursor() as cursor:
         cursor.execute(
             # Only the models' own table names go into the text (quoted); every value is a parameter.
             f"SELECT COUNT(*) FROM {answer} a JOIN {conversation} c ON a.conversation_id = c.id "  # noqa: S608
-            "WHERE c.owner_id = %s AND a.status = %s AND a.created_at >= %s",
+            "WHERE c.owner_id = %s AND a.status = %s AND a.beat_at >= %s",
             [user.pk, Answer.Status.STREAMING.value, since],
         )
         row = cursor.fetchone()
@@ -118,8 +119,37 @@ def streaming_count(user: AbstractBaseUser) -> int:
 
 
 def answers_streaming(user: AbstractBaseUser) -> QuerySet[Answer]:
-    since = timezone.now() - timedelta(seconds=STREAMING_STALE_S)
-    return Answer.objects.filter(conversation__owner_id=user.pk, status=Answer.Status.STREAMING, created_at__gte=since)
+    return Answer.objects.filter(
+        conversation__owner_id=user.pk, status=Answer.Status.STREAMING, beat_at__gte=_alive_since()
+    )
+
+
+def _alive_since() -> Any:
+    return timezone.now() - timedelta(seconds=keeper.ORPHAN_S)
+
+
+def answers_orphaned_stop(user: AbstractBaseUser | AnonymousUser | None = None) -> int:
+    """Save stopped every answer (the user's, or everyone's) left "streaming" by a process that is gone
+    (``rag.keeper``): with the text it had written, and a notice saying why the rest is missing. The
+    worker's timer calls it for everyone; a conversation's page for its reader, before reading.
+    How many were saved."""
+    orphaned = Answer.objects.filter(status=Answer.Status.STREAMING, beat_at__lt=_alive_since())
+    if user is not None:
+        orphaned = orphaned.filter(conversation__owner_id=user.pk)
+    kept = said.kept(
+        said.gettext(
+            "이 답변을 보내던 웹 프로세스가 답변 도중 멈췄습니다. 그때까지 저장된 부분만 남았습니다. 다시 물어보세요."
+        )
+    )
+    notice = {"code": CUT_OFF, "message": kept.text, "said": kept.form}
+    saved = 0
+    for answer in orphaned.only("pk", "timings"):
+        notices = [*(answer.timings.get("notices") or []), notice]
+        # Only while still streaming and unstamped: a process that was slow, not gone, finishes it itself.
+        saved += Answer.objects.filter(pk=answer.pk, status=Answer.Status.STREAMING, beat_at__lt=_alive_since()).update(
+            status=Answer.Status.STOPPED, timings=answer.timings | {"notices": notices}
+        )
+    return saved
 
 
 def answer_finish(*, answer_id: int, run: AnswerRun, status: Answer.Status) -> Answer:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 from labapp import said
 
@@ -107,6 +108,9 @@ class Answer(said.KeepsError, models.Model):
     sources = models.JSONField(default=list)
     timings = models.JSONField(default=dict)
     created_at = models.DateTimeField(auto_now_add=True)
+    # While streaming: when its process last wrote the text so far (``rag.keeper``); a stamp older than
+    # ``keeper.ORPHAN_S`` means the process is gone and the answer is saved stopped.
+    beat_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
         ordering = ["created_at", "pk"]

@@ -91,6 +91,12 @@ def _admission_labels() -> dict[str, str]:
         "refused": _("거절됨: 지금은 받을 수 없음"),
         "retry_in": _("다시 묻기 ({seconds}초 후)"),
         "retry_now": _("다시 묻기"),
+        "cut_off": _("연결이 끊겨 중단됨"),
+        "cut_off_help": _(
+            "답변을 보내던 연결이 끊겼습니다 (웹 서버가 멈췄거나 네트워크 문제). 여기까지 받은 글은 남고, "
+            "서버는 저장해 둔 부분을 '중단됨'으로 남깁니다. "
+            "연결이 돌아오면 '다시 묻기'로 같은 질문을 다시 보낼 수 있습니다."
+        ),
     }
 
 
@@ -229,6 +235,7 @@ def chat_new(request: HttpRequest) -> HttpResponse:
 @require_GET
 def chat_conversation(request: HttpRequest, conversation_id: int) -> HttpResponse:
     conversation = access.conversation_for(request.user, conversation_id)
+    conversations.answers_orphaned_stop(request.user)  # an answer whose web process died: stopped, not "decoding"
     return render(request, "rag/chat.html", chat_context(request, conversation))
 
 

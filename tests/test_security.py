@@ -25,7 +25,7 @@ from bench.models import BenchJob
 from labapp import sockets
 from labapp.asgi import application
 from rag import ask as rag_ask
-from rag import chat, embeddings
+from rag import chat, embeddings, keeper
 from rag.models import Answer, Conversation
 from rag.retrieval import RetrievalResult
 from tests import aio
@@ -256,7 +256,7 @@ def test_an_answer_left_streaming_by_a_lost_process_stops_counting(class_server:
         return frame
 
     assert aio.run(ask())["type"] == "error"
-    Answer.objects.update(created_at=timezone.now() - timedelta(hours=1))
+    Answer.objects.update(beat_at=timezone.now() - timedelta(seconds=keeper.ORPHAN_S + 1))  # their process is gone
     assert aio.run(ask())["type"] == "started"
 
 

@@ -10,7 +10,7 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 
 from labapp.models import Classroom, Membership
-from rag import access, conversations
+from rag import access, conversations, keeper
 from rag.models import Answer, Conversation
 
 pytestmark = pytest.mark.django_db
@@ -20,7 +20,7 @@ def _answer(owner: Any, status: Answer.Status, *, age_s: float = 0) -> Answer:
     conversation = Conversation.objects.create(owner=owner, title="t")
     answer = Answer.objects.create(conversation=conversation, question="q", status=status)
     if age_s:
-        Answer.objects.filter(pk=answer.pk).update(created_at=timezone.now() - timedelta(seconds=age_s))
+        Answer.objects.filter(pk=answer.pk).update(beat_at=timezone.now() - timedelta(seconds=age_s))
     return answer
 
 
@@ -31,7 +31,7 @@ def test_the_written_out_streaming_count_agrees_with_the_orm_query() -> None:
     _answer(learner, Answer.Status.STREAMING)
     _answer(learner, Answer.Status.STREAMING)
     _answer(learner, Answer.Status.DONE)  # finished: not counted
-    _answer(learner, Answer.Status.STREAMING, age_s=conversations.STREAMING_STALE_S + 60)  # stale: not counted
+    _answer(learner, Answer.Status.STREAMING, age_s=keeper.ORPHAN_S + 5)  # its process gone: not counted
     _answer(other, Answer.Status.STREAMING)  # someone else's: not counted
     assert conversations.streaming_count(learner) == conversations.answers_streaming(learner).count() == 2
     assert conversations.streaming_count(other) == 1

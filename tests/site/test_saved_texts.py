@@ -310,6 +310,27 @@ def answer_cancelled_while_waiting_its_turn(world: World) -> Read:
     return read
 
 
+def answer_cut_off_by_its_lost_web_process(world: World) -> Read:
+    """An answer left streaming by a web process killed mid-answer (``rag.keeper``): its notice."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from rag import keeper
+
+    answer = Answer.objects.create(conversation=world.conversation, question="프리필이란?", text="프리필은")
+    Answer.objects.filter(pk=answer.pk).update(beat_at=timezone.now() - timedelta(seconds=keeper.ORPHAN_S + 1))
+    with translation.override("ko"):
+        assert conversations.answers_orphaned_stop() == 1
+
+    def read() -> list[str]:
+        return [
+            n["message"] for n in conversations.answer_payload(Answer.objects.get(pk=answer.pk))["timings"]["notices"]
+        ]
+
+    return read
+
+
 def engine_probe_that_failed(world: World) -> Read:
     Engine.objects.create(name="꺼진 엔진", base_url=DEAD, added_by=world.instructor)
     with translation.override("ko"):
@@ -342,6 +363,11 @@ CASES = [
     Case("answer failed on an exception", ("rag/ask.py:fail",), answer_failed_on_an_exception),
     Case("answer notices", ("rag/conversations.py:answer_finish",), answer_notices),
     Case("answer cancelled in line", ("rag/conversations.py:answer_finish",), answer_cancelled_while_waiting_its_turn),
+    Case(
+        "answer cut off by its lost web process",
+        ("rag/conversations.py:answers_orphaned_stop",),
+        answer_cut_off_by_its_lost_web_process,
+    ),
     Case("engine probe that failed", ("bench/engines.py:probe",), engine_probe_that_failed),
 ]
 # Every answer's error and notices are saved in one place, whichever case made them.

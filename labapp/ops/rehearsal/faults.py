@@ -121,12 +121,21 @@ def _web_names(cluster: Cluster) -> dict[str, str]:
     return {f"127.0.0.1:{cluster.ports.web_a}": "web-a", f"127.0.0.1:{cluster.ports.web_b}": "web-b"}
 
 
+# The fault hits an answer once its page shows this many tokens: its row has had its first text written
+# (``rag.keeper`` writes a first token at once; a kill within those milliseconds would leave none).
+TOKENS_SHOWN = 3
+
+
 def _streaming(browser: Browser) -> bool:
-    """An answer streaming on the browser's open socket, with at least one token on the page."""
+    """An answer streaming on the browser's open socket, with ``TOKENS_SHOWN`` tokens on the page."""
     ask = browser.asking
     return (
-        browser.socket is not None and ask is not None and ask.answer_id is not None and ask.tokens > 0
-    ) and ask.status == "unanswered"
+        browser.socket is not None
+        and ask is not None
+        and ask.answer_id is not None
+        and ask.tokens >= TOKENS_SHOWN
+        and ask.status == "unanswered"
+    )
 
 
 async def _web_target(cluster: Cluster, klass: Class) -> tuple[str, str]:
@@ -166,7 +175,9 @@ async def _in_flight(browser: Browser, ask: AskResult) -> dict[str, Any]:
         "page_showed_chars": len(shown),
         "saved_status": row["status"],
         "saved_chars": len(saved),
-        "partial_text_kept": bool(shown) and saved.startswith(shown),
+        # The row holds the text up to its last write (``rag.keeper``): the page's text or the start of it
+        # (tokens of the last ``keeper.TEXT_GAP_S`` may be missing), or more (written, not yet delivered).
+        "partial_text_kept": bool(saved) and (shown.startswith(saved) or saved.startswith(shown)),
         "asked_again": f"{later[0].status} (answer {later[0].answer_id})" if later else "not yet",
     }
 

@@ -167,7 +167,7 @@ def report_build(
 
 def _web_failures(web: dict[str, Any]) -> list[str]:
     """The web fault's: a socket on the killed process that never opened again; an answer cut in flight
-    not saved "stopped" with the text the learner's page had shown (issue 29: nothing lost)."""
+    not saved "stopped" with the text it had streamed, as far as its last write (``rag.keeper``)."""
     found = []
     stuck = [s["learner"] for s in web.get("sockets", []) if not s["reopened"]]
     if stuck:

@@ -314,6 +314,7 @@
     socket.onclose = () => {
       socketState.dataset.state = "closed";
       socketState.textContent = L.disconnected;
+      for (const id of Object.keys(live)) cutOff(live[id], id);
       setTimeout(connect, 2000);
     };
     socket.onmessage = (event) => receive(JSON.parse(event.data));
@@ -373,6 +374,43 @@
     drawPanel(article, {}, null);
   }
 
+  // The socket closed while this answer streamed or waited (its web process gone, or the network): the
+  // text shown stays, and the server saves what it had written as stopped (rag/keeper.py). "Ask again"
+  // sends the same question once the socket is back, beside this card when it has a saved row.
+  function cutOff(st, id) {
+    const article = st.article;
+    clearInterval(st.timer);
+    delete live[id];
+    article.dataset.status = "cut";
+    article.querySelector(".status").textContent = L.cut_off;
+    article.querySelector(".error").textContent = L.cut_off_help;
+    article.querySelector(".queue-state").hidden = true;
+    article.querySelector(".stop").hidden = true;
+    const retry = article.querySelector(".retry");
+    retry.hidden = false;
+    retry.disabled = false;
+    retry.textContent = L.retry_now;
+    retry.addEventListener("click", () => {
+      if (!socket || socket.readyState !== WebSocket.OPEN) { formError.textContent = L.disconnected; return; }
+      retry.hidden = true;
+      const parent = article.dataset.answerId ? Number(article.dataset.answerId) : null;
+      if (!parent) {
+        const turn = article.closest(".turn");
+        article.remove();
+        if (turn && !turn.querySelector(".answer")) turn.remove();
+      }
+      ask(article._question, article._settings, parent, null);
+    });
+    // What the page measured until the cut: the decode so far, its tokens and their pace.
+    const x = {};
+    if (st.firstAt !== null) {
+      x.decodeMs = st.lastAt - st.firstAt;
+      x.outputLive = st.tokens;
+      if (st.tokens > 1) x.tpotLive = ms(x.decodeMs / (st.tokens - 1));
+    }
+    drawPanel(article, st.timings, x);
+  }
+
   function receive(m) {
     const st = m.id ? live[m.id] : null;
     if (m.type === "refused") {
@@ -422,6 +460,7 @@
         if (m.ttft_ms !== undefined) st.timings.client = { ttft_ms: m.ttft_ms };
       }
       st.tokens = m.n || st.tokens + 1;
+      st.lastAt = performance.now();
       st.article.querySelector(".text").append(document.createTextNode(m.text));
     } else if (m.type === "done") {
       const doneAt = performance.now();

@@ -1,0 +1,94 @@
+"""An answer's row kept current while it streams, so that a web process killed mid-answer leaves what
+it had streamed.
+
+The answer's text is otherwise written once, when the answer ends (``conversations.answer_finish``), by
+the process that streamed it. A process killed mid-answer (a crash, an out-of-memory kill, the class
+rehearsal's web fault) never gets there: its row would stay "streaming" with no text. So while an answer
+streams, its ``Keeper`` writes the text so far (the first token at once, then at most every
+``TEXT_GAP_S``) and the liveness stamp ``beat_at`` (at least every ``BEAT_S``, tokens or not: vLLM may
+still be reading a long prompt). A row whose stamp is older than ``ORPHAN_S`` lost its process;
+``conversations.answers_orphaned_stop`` saves it stopped with the text it has and a notice saying why.
+
+At most the last ``TEXT_GAP_S`` of tokens before a kill are shown on the learner's page and missing
+from the row. The writes go through the thread Channels keeps for the ORM, as every other write of the
+chat does: one small UPDATE at most every ``TEXT_GAP_S`` per answer streaming.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from channels.db import database_sync_to_async
+from django.utils import timezone
+
+from rag.models import Answer
+from rag.vllm.records import RequestRecord
+
+log = logging.getLogger(__name__)
+
+TEXT_GAP_S = 0.5  # new text waits at most this long after the last write
+BEAT_S = 2.0  # the stamp is written at least this often while the answer streams
+ORPHAN_S = 10.0  # a "streaming" row whose stamp is this old lost its process (5 stamps missed)
+
+
+def _write(answer_id: int, text: str) -> int:
+    """The text so far and a new stamp; a row already finished (or saved stopped) is left as it is."""
+    return Answer.objects.filter(pk=answer_id, status=Answer.Status.STREAMING).update(text=text, beat_at=timezone.now())
+
+
+class Keeper:
+    """Keeps one answer's row current from ``start`` until ``stop`` (awaited before the answer is
+    finished, so that no write of the keeper lands after the final one). ``nudge`` after new text."""
+
+    def __init__(self, answer_id: int, record: RequestRecord) -> None:
+        self.answer_id, self.record = answer_id, record
+        self.changed = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+        self.writing: asyncio.Future[int] | None = None
+        self.stopping = False
+        self.writes = 0
+
+    def start(self) -> None:
+        """Keep the row from now on, starting with the text streamed before it was made."""
+        self.changed.set()
+        self.task = asyncio.create_task(self._keep())
+
+    def nudge(self) -> None:
+        self.changed.set()
+
+    async def stop(self) -> None:
+        """No more writes: the keeper stops at once, and a write already under way is waited for."""
+        self.stopping = True
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(BaseException):
+                await self.task
+        if self.writing is not None:
+            with contextlib.suppress(Exception):
+                await self.writing
+
+    async def _keep(self) -> None:
+        while not self.stopping:
+            # Not ``asyncio.wait_for``: on Python 3.11 it swallows a cancel that comes as the event is
+            # set (the keeper wrote on for 15 s after its answer ended, tests/rag/test_chat.py).
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(BEAT_S):
+                    await self.changed.wait()
+            if self.stopping:
+                return
+            self.changed.clear()
+            began, text = time.monotonic(), self.record.generated_text
+            self.writing = asyncio.ensure_future(database_sync_to_async(_write)(self.answer_id, text))
+            try:
+                if not await asyncio.shield(self.writing):
+                    return  # the row is no longer streaming (finished, or saved stopped): nothing to keep
+                self.writes += 1
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the database down: the answer goes on streaming; the next tick tries again
+                log.warning("answer %s: its text so far could not be written", self.answer_id, exc_info=True)
+            if text:  # a stamp alone (no text yet) holds back no first token
+                await asyncio.sleep(max(0.0, TEXT_GAP_S - (time.monotonic() - began)))
