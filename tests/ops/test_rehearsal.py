@@ -109,7 +109,7 @@ def test_an_answer_in_flight_on_a_killed_web_process_is_saved_stopped_with_its_p
     rehearsed: Rehearsed,
 ) -> None:
     cut = [a for a in rehearsed.report["faults"]["web"]["answers_in_flight"] if a["cut"]]
-    assert cut and all(a["saved_status"] == "stopped" and a["partial_text_kept"] for a in cut), cut
+    assert cut and all(a["saved_status"] == "stopped" and a["partial_text_kept"] for a in cut), json.dumps(cut)
     assert not [p for p in rehearsed.problems if WEB_FAULT_GAP in p]
 
 

@@ -51,6 +51,7 @@ class AskResult:
     refused: int = 0  # times the chat's admission turned it away (full line); asked again as the page lets
     queued_ms: float | None = None  # how long it waited in the admission's line ("admitted" frame)
     received: str = ""  # the token frames' text as it arrived (what the page showed if the socket closed)
+    first_token_at: float | None = None  # perf_counter when its first token frame arrived
 
 
 @dataclass

@@ -97,6 +97,7 @@ class _Tab:
                 self.answers[ask.answer_id] = ask.client_id
             elif frame["type"] == "token":
                 token_at.append(now)
+                ask.first_token_at = ask.first_token_at or now
                 ask.tokens, ask.received = len(token_at), ask.received + str(frame.get("text", ""))
             elif frame["type"] == "error":
                 ask.status, ask.error = "error", str(frame.get("error"))

@@ -33,6 +33,9 @@ NGINX = "/usr/sbin/nginx"
 DB_NAME = DB_USER = "lab"
 SCRIPTED_TTFT_MS, SCRIPTED_ITL_MS = 30, 5  # the scripted engines' pace: a reduced rehearsal in seconds
 SCRIPTED_CHAT_WORDS = 200  # the scripted chat engine's answer: this many words, cut at the question's max_tokens
+# The chat engine decodes at about a CPU engine's pace: a 64-token answer streams ~2 s, long enough for
+# the web fault to land mid-answer once its text is kept (``faults.STREAMED_S``).
+SCRIPTED_CHAT_ITL_MS = 30
 ENGINES, CHAT_ENGINES = 2, 1  # the layout rehearsed (LAB_ENGINES, LAB_CHAT_ENGINES): one measures, one chats
 
 
@@ -247,6 +250,7 @@ def scripted_engine(spec: layout.EngineSpec) -> Component:
     ]  # fmt: skip
     if not spec.measures:  # answers of different words: "x" repeated is cut by the chat's repeat guard at once
         command += ["--words", str(SCRIPTED_CHAT_WORDS)]
+        command[command.index("--itl-ms") + 1] = str(SCRIPTED_CHAT_ITL_MS)
     return Component(
         name=spec.name, command=command, port=port, ready=lambda: components._http_ok(f"{spec.url}/health")
     )

@@ -208,7 +208,9 @@ class Browser:
                 await asyncio.sleep(RECONNECT_S)
                 continue
             self.tab = _Tab(learner.number, learner.username, klass.chat)
-            self.upstream = socket.response.headers.get("X-Lab-Upstream", "") if socket.response else ""
+            tried = socket.response.headers.get("X-Lab-Upstream", "") if socket.response else ""
+            # nginx lists every process it tried ("dead:port, live:port" after a kill): the last one answered.
+            self.upstream = tried.split(",")[-1].strip()
             klass.reopened += bool(self.sockets)
             self.sockets.append((time.monotonic(), self.upstream))
             self.socket = socket
