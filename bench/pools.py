@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.db.models import Max
 from django.utils import timezone
 
@@ -42,6 +43,7 @@ from bench.engine_lock import EngineBusy, engine_lock
 from bench.engines import Choice
 from bench.jobrun import JobAlive, JobRun
 from bench.models import DEFAULT_POOL, BenchJob, Engine
+from bench.outages import Outages
 from labapp.said import gettext as _  # the reason is saved and said again in each reader's language
 
 Queue = tuple[str, str]  # (pool, hardware label)
@@ -150,13 +152,24 @@ def run_next(queue: Queue) -> BenchJob | None:
     """Run the first job of the queue's fair order that has a free engine, on that engine, to its end;
     the job as it ended, or None when none could start (every engine it may use is busy, or nothing waits).
 
-    Free: no running row on it, and its engine lock taken here (another worker may be about to
-    start on it). A job another delivery claimed first is skipped and the queue read again.
+    Free: no running row on it, its health check answered (``bench.outages``: one that does not is
+    passed over, and the queue's runs wait for it), and its engine lock taken here (another worker
+    may be about to start on it). A job another delivery claimed first is skipped and the queue read again.
     """
     engine_urls = [_bare(c.url) for c in measurers(queue)]
     if not engine_urls:
         strand(queue)
     busy = measuring_urls()
+    if not fair_queue(queue):
+        return None
+    outages = Outages()
+    try:
+        down = {url for url in engine_urls if url not in busy and not outages.up(url)}
+        if down and outages.give_up(queue, engine_urls):
+            return None
+    finally:
+        outages.close()
+    busy |= down
     for _attempt in range(len(engine_urls) + 8):
         steps = plan(fair_queue(queue), engine_urls, busy)
         if not steps:
@@ -241,6 +254,14 @@ class Place:
 
     position: int
     starts_in_s: float | None
+    engine_down_s: float | None = None  # every engine of its queue has been down this long: it waits for one
+
+    @property
+    def gives_up_in_s(self) -> int | None:
+        """Whole seconds before the run fails for want of an engine (``bench.outages``), while they are down."""
+        if self.engine_down_s is None:
+            return None
+        return max(0, round(settings.BENCH_ENGINE_DOWN_WAIT_S - self.engine_down_s))
 
     @property
     def starts_in_sec(self) -> int | None:
@@ -261,8 +282,14 @@ def places(queue: Queue) -> dict[int, Place]:
     its kind and settings. Unknown once any of those is (no finished run like it yet).
     """
     pool, hardware = queue
-    count = max(1, len(measurers(queue)))
+    urls = [_bare(c.url) for c in measurers(queue)]
+    count = max(1, len(urls))
     durations, now = Durations(queue), timezone.now()
+    outages = Outages()
+    try:
+        down_s = outages.all_down_for(urls)
+    finally:
+        outages.close()
     running = BenchJob.objects.filter(status=BenchJob.Status.RUNNING, pool=pool, hardware=hardware)
     free_at = sorted(durations.left(job, now) for job in running)[:count]
     free_at += [0.0] * (count - len(free_at))
@@ -270,7 +297,7 @@ def places(queue: Queue) -> dict[int, Place]:
     found = {}
     for position, job in enumerate(fair_queue(queue), start=1):
         starts = heapq.heappop(free_at)
-        found[job.pk] = Place(position, None if math.isinf(starts) else starts)
+        found[job.pk] = Place(position, None if math.isinf(starts) else starts, down_s)
         usual = durations.of(job)
         heapq.heappush(free_at, math.inf if usual is None else starts + usual)
     return found

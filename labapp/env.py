@@ -104,6 +104,11 @@ VARIABLES: dict[str, Variable] = {
             "BENCH_STALE_S", "90", "benchmark jobs: a running job silent this long (its worker lost) is marked failed"
         ),
         Variable(
+            "BENCH_ENGINE_DOWN_WAIT_S",
+            "180",
+            "benchmark jobs: runs wait this long for a measuring engine that does not answer, then fail naming it",
+        ),
+        Variable(
             "CHAT_MAX_CONCURRENT_PER_USER", "4", "chat: answers one user may have streaming at once, in all their tabs"
         ),
         Variable(

@@ -4,16 +4,20 @@ engine, and each job records the engine that measured it."""
 
 from __future__ import annotations
 
+import socket
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
+from django.utils import translation
 
-from bench import services
+from bench import pools, services, tasks
 from bench.models import BenchJob, Engine
+from bench.outages import Outages
 from labapp.ops import scripted
 from tests import harness
 
@@ -77,3 +81,76 @@ def test_two_learners_runs_measure_at_once_on_the_two_engines_of_their_pool_and_
                 owner.delete()
             for engine in engines:
                 engine.delete()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_a_run_whose_only_engine_is_down_waits_saying_so_then_runs_on_it_once_it_answers(
+    redis_server: str, celery_worker: harness.Service, shared_database: None
+) -> None:
+    """bench.outages: the worker's dispatch asks the free engine's health; one that does not answer is passed
+    over, its run waits in the queue (its page says why) instead of failing at once, and runs when it is back."""
+    tag, port = uuid.uuid4().hex[:8], _free_port()
+    url = f"http://127.0.0.1:{port}"
+    engine = Engine.objects.create(
+        name=f"down-{tag}", base_url=url, pool=f"down-{tag}", hardware="scripted", role="measure"
+    )
+    owner = User.objects.create_user(username=f"down-{tag}")
+    server = scripted.ThreadedServer(scripted.Script(delay_s=0.01))
+    try:
+        job = services.job_submit(owner=owner, kind="speed", config={"repeats": 1}, engine_url=url)
+        wait_for(lambda: url in Outages().down_since([url]), "the worker finds the engine down", timeout=30)
+        time.sleep(2 * tasks.WAIT_S)  # the task asked again meanwhile: the run still waits
+        job.refresh_from_db()
+        assert job.status == BenchJob.Status.QUEUED and job.error == "", (job.error, celery_worker.log_tail())
+        client = Client()
+        client.force_login(owner)
+        page = client.get(f"/bench/{job.pk}/").content.decode()
+        assert "측정 엔진이 응답하지 않아 돌아오기를 기다리는 중" in page, page
+        assert client.get(f"/bench/{job.pk}/", HTTP_ACCEPT_LANGUAGE="en").status_code == 200
+
+        server.start(port)  # the engine is back at its address
+
+        def ended() -> bool:
+            job.refresh_from_db()
+            return job.status not in (BenchJob.Status.QUEUED, BenchJob.Status.RUNNING)
+
+        wait_for(ended, "the run starts on the engine once it answers, and ends", timeout=60)
+        assert job.status == BenchJob.Status.DONE and job.engine_url == url, (job.error, celery_worker.log_tail())
+        assert Outages().down_since([url]) == {}  # answered: the mark is cleared
+    finally:
+        server.stop()
+        owner.delete()
+        engine.delete()
+
+
+def test_runs_fail_naming_the_engine_once_every_engine_of_their_queue_has_been_down_long_enough(
+    redis_server: str, shared_database: None, settings: Any
+) -> None:
+    tag, port = uuid.uuid4().hex[:8], _free_port()
+    url = f"http://127.0.0.1:{port}"
+    queue = (f"gone-{tag}", "scripted")
+    engine = Engine.objects.create(name=f"gone-{tag}", base_url=url, pool=queue[0], hardware=queue[1], role="measure")
+    owner = User.objects.create_user(username=f"gone-{tag}")
+    try:
+        job = BenchJob.objects.create(
+            owner=owner, kind="speed", config={"repeats": 1}, engine_url=url, pool=queue[0], hardware=queue[1]
+        )
+        assert pools.run_next(queue) is None  # down: passed over, the run waits
+        assert BenchJob.objects.get(pk=job.pk).status == BenchJob.Status.QUEUED
+        place = pools.place(BenchJob.objects.get(pk=job.pk))
+        assert place is not None and place.engine_down_s is not None and place.gives_up_in_s is not None
+        settings.BENCH_ENGINE_DOWN_WAIT_S = 0
+        assert pools.run_next(queue) is None
+        job.refresh_from_db()
+        assert job.status == BenchJob.Status.FAILED and f"127.0.0.1:{port}" in job.error, job.error
+        assert job.error.startswith("측정 엔진(")
+        with translation.override("en"):
+            assert job.error_shown.startswith("The measuring engine ("), job.error_text
+    finally:
+        owner.delete()
+        engine.delete()

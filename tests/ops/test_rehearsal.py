@@ -21,7 +21,8 @@ from typing import Any
 import httpx
 import pytest
 
-from labapp.ops.rehearsal.report import failures, jain
+from labapp.ops.loadtest.plan import AskResult
+from labapp.ops.rehearsal.report import _losses, failures, jain
 from tests import aio, harness
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -222,6 +223,18 @@ def test_the_web_fault_counts_a_cut_answer_without_its_partial_text_as_lost() ->
     assert stuck == ["web fault: chat sockets on web-a (Daphne) never opened again: ['l0']"]
     outside = _report(_web("stopped", 4)) | {"http_5xx": 2}
     assert failures(outside)[0].startswith("1 responses 5xx outside a fault")
+
+
+@pytest.mark.django_db
+def test_a_chat_answer_that_failed_naming_why_is_not_a_lost_frame_and_one_without_its_answer_frame_is() -> None:
+    """The router fault: an answer that ended "failed" with the router named reached its asker; an ask
+    that never had its answer frame (still waiting, or timed out) is lost."""
+    asks = [AskResult(0, f"a{n}", f"m{n}") for n in range(4)]
+    asks[0].status, asks[1].status, asks[1].error = "done", "failed", "vLLM 라우터에 연결할 수 없습니다"
+    asks[2].status = "timeout"  # asks[3] never heard back: "unanswered"
+    chat = type("Chat", (), {"asks": asks, "misdelivered": []})()
+    lost = _losses(type("Class", (), {"chat": chat})(), [], {}, [])["lost"]
+    assert lost["frames"] == 2 and [d.split(":")[0] for d in lost["frames_detail"]] == ["a2", "a3"]
 
 
 class _DiesMidAnswerOnce:

@@ -33,7 +33,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone, translation
 
-from bench import engines, jobrun, pools, reaper
+from bench import engines, jobrun, outages, pools, reaper
 from bench.models import BenchJob, Engine
 from labapp.classes import services as class_services
 from labapp.models import Classroom, Membership
@@ -161,6 +161,17 @@ def job_whose_worker_was_lost(world: World) -> Read:
 def job_whose_queue_has_no_measuring_engine(world: World) -> Read:
     job = _job(world, status="queued", pool="empty-pool", hardware="H200", pinned=False)
     assert pools.strand(("empty-pool", "H200")) == 1
+    return _job_error(job.pk)
+
+
+def job_whose_engines_stayed_down(world: World) -> Read:
+    job = _job(world, status="queued", pool="down-pool", hardware="H200", pinned=False)
+
+    class LongDown(outages.Outages):  # Redis's marks, read: every engine down for a day
+        def all_down_for(self, urls: list[str]) -> float | None:
+            return 86400.0
+
+    assert LongDown().give_up(("down-pool", "H200"), ["http://127.0.0.1:9"]) == 1
     return _job_error(job.pk)
 
 
@@ -350,6 +361,7 @@ CASES = [
     Case(
         "job whose queue has no measuring engine", ("bench/pools.py:strand",), job_whose_queue_has_no_measuring_engine
     ),
+    Case("job whose engines stayed down", ("bench/outages.py:give_up",), job_whose_engines_stayed_down),
     Case("document that cannot be read", ("rag/services.py:document_ingest",), document_that_cannot_be_read),
     Case(
         "document failed and not cleaned up", ("rag/services.py:document_ingest",), document_failed_and_not_cleaned_up

@@ -30,6 +30,32 @@ def _admission(asks: list[Any]) -> dict[str, Any]:
     }
 
 
+def _token_delays(asks: list[Any]) -> dict[str, Any]:
+    """The websocket's delay of each answer's first and last token (client's time less the server's)."""
+    return {
+        "first": _pcts([a.first_delay_ms for a in asks if a.first_delay_ms is not None]),
+        "last": _pcts([a.last_delay_ms for a in asks if a.last_delay_ms is not None]),
+        "slowest": _slowest_delays(asks),
+    }
+
+
+def _slowest_delays(asks: list[Any], count: int = 8) -> list[dict[str, Any]]:
+    """The asks with the longest first-token websocket delay, with what else happened to them: to read
+    where a p95 comes from (a refusal and its ask again, a wait in the line, a slow ask)."""
+    timed = sorted((a for a in asks if a.first_delay_ms is not None), key=lambda a: -a.first_delay_ms)
+    return [
+        {
+            "ask": a.client_id,
+            "first_ms": a.first_delay_ms,
+            "last_ms": a.last_delay_ms,
+            "refused": a.refused,
+            "queued_ms": a.queued_ms,
+            "ttft_ms": a.ttft_ms,
+        }
+        for a in timed[:count]
+    ]
+
+
 def report_build(
     plan: LoadPlan,
     cast: Cast,
@@ -70,10 +96,7 @@ def report_build(
             "gradebook_ms": _pcts([ms for path, _, ms in pages if path.endswith("/results/")]),
             "lab_page_ms": _pcts([ms for path, _, ms in pages if LAB_PAGE.match(path)]),
         },
-        "token_delay_ms": {
-            "first": _pcts([a.first_delay_ms for a in asks if a.first_delay_ms is not None]),
-            "last": _pcts([a.last_delay_ms for a in asks if a.last_delay_ms is not None]),
-        },
+        "token_delay_ms": _token_delays(asks),
         "ping_ms": {
             "inbound": _pcts([ms for r in rounds for ms in r.ping_in_ms]),
             "outbound": _pcts([ms for r in rounds for ms in r.ping_out_ms]),

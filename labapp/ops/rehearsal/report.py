@@ -12,9 +12,9 @@ own record; nothing here is a timed pass/fail (``failures`` lists only what was 
   again and to which process, and each answer in flight: saved as what, with its partial text or not;
   the forms learners sent again after a 5xx or no answer;
 * **5xx** in nginx's access log (those answered while a fault had a process down are the fault's);
-  **lost** frames (an ask that ended without its own ``done`` on an open
-  socket, or a frame delivered to a socket it was not for), runs (accepted but no job, or never
-  ended) and hand-ins (accepted but no saved hand-in of that run).
+  **lost** frames (an ask that never had its answer frame on an open socket, or a frame delivered to
+  a socket it was not for; an answer that ended failed, naming why, is listed apart), runs (accepted
+  but no job, or never ended) and hand-ins (accepted but no saved hand-in of that run).
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ from typing import Any
 from bench.metrics import percentile
 from labapp.ops.rehearsal.learners import LABS, Class, Learner
 from labapp.ops.report import aligned
+
+LOST_ASKS = ("unanswered", "timeout")  # a chat ask that never had its answer frame
 
 
 def jain(values: list[float]) -> float | None:
@@ -113,9 +115,9 @@ def _losses(klass: Class, learners: list[Learner], jobs: dict[int, Any], access_
     lost_handins = [
         f"{p.username} lab {lab}" for p, lab in accepted if handed.get((int(p.user_id or 0), lab)) != p.jobs.get(lab)
     ]
-    lost_asks = [
-        f"{a.client_id}: {a.status} {a.error[:100]}" for a in klass.chat.asks if a.status not in ("done", "closed")
-    ]
+    # Lost: no answer frame at all (still waiting, or timed out). An answer that ended failed with its
+    # error named (the router down, say) reached its asker: the chat's "failed, named" below.
+    lost_asks = [f"{a.client_id}: {a.status} {a.error[:100]}" for a in klass.chat.asks if a.status in LOST_ASKS]
     fivexx = [line[:160] for line in access_log if line[:3].isdigit() and int(line[:3]) >= 500]
     return {
         "http_5xx": len(fivexx),
@@ -151,6 +153,11 @@ def report_build(
                 "asked": len(asks),
                 "done": sum(a.status == "done" for a in asks),
                 "cut_by_closed_socket": sum(a.status == "closed" for a in asks),
+                "failed_named": [
+                    f"{a.client_id}: {a.status} {a.error[:120]}"
+                    for a in asks
+                    if a.status not in ("done", "closed", *LOST_ASKS)
+                ][:20],
                 "sockets_reopened": klass.reopened,
                 "ttft_ms": _pcts([a.ttft_ms for a in asks if a.ttft_ms is not None]),
             },
@@ -252,7 +259,11 @@ def table(report: dict[str, Any]) -> str:
         ("Jain's fairness index", _f(report["jain"])),
         ("runs passed / disturbed", f"{runs['passed']} / {runs['disturbed']} of {runs['jobs']}"),
         ("hand-ins accepted / saved", f"{report['handed_in']['accepted']} / {report['handed_in']['saved']}"),
-        ("chat answers done", f"{chat['done']}/{chat['asked']} ({chat['cut_by_closed_socket']} cut by a socket)"),
+        (
+            "chat answers done",
+            f"{chat['done']}/{chat['asked']} ({chat['cut_by_closed_socket']} cut by a socket, "
+            f"{len(chat['failed_named'])} failed naming why: {chat['failed_named'][:3]})",
+        ),
         ("chat TTFT p50/p95", _pair(chat["ttft_ms"], " ms")),
         ("pages p50/p95", _pair(report["pages"]["ms"], " ms") + f" of {report['pages']['requests']}"),
         ("gradebook", f"{book.get('reads', 0)} reads, p50 {_f(book['ms']['p50'], ' ms')}, lists {listed} learners"),

@@ -33,10 +33,10 @@ class ThreadedServer:
         self._thread = threading.Thread(target=self._loop.run_forever, name="scripted-server", daemon=True)
         self._listener: asyncio.Server | None = None
 
-    def start(self) -> str:
-        """Listen on a free port; the base URL."""
+    def start(self, port: int = 0) -> str:
+        """Listen on ``port`` (0: a free one); the base URL."""
         self._thread.start()
-        start = asyncio.start_server(self.server.handle, self.host, 0, backlog=4096)
+        start = asyncio.start_server(self.server.handle, self.host, port, backlog=4096)
         self._listener = asyncio.run_coroutine_threadsafe(start, self._loop).result(timeout=10)
         self.url = f"http://{self.host}:{self._listener.sockets[0].getsockname()[1]}"
         return self.url
