@@ -183,7 +183,10 @@ class JobRun:
         try:
             spec = kinds.get(self.kind)
             policy = spec.router_policies(self.config) if spec.router_policies is not None else None
-            found = await provenance.read(self.engine_url, model=model, hardware=self.hardware, router_policy=policy)
+            behind = await sync_to_async(spec.router_engines)(self.engine_url) if spec.router_engines else None
+            found = await provenance.read(
+                self.engine_url, model=model, hardware=self.hardware, router_policy=policy, router_engines=behind
+            )
             await sync_to_async(self.mine.update)(provenance=found.as_dict())
         except Exception:  # a run's numbers are still its numbers without their provenance
             logger.exception("bench: job %s could not save its provenance", self.job_id)

@@ -370,11 +370,12 @@ async def read(
     model: str = "",
     hardware: str = "",
     router_policy: str | None = None,
+    router_engines: list[str] | None = None,
 ) -> Provenance:
     """The engine at ``url`` as it is now, and the router in front of it when one answers there;
     ``router_policy`` when the run itself starts vllm-router with that policy (``bench.router_run``),
-    so its requests go through one. Never raises (an outright failure leaves every engine field
-    unknown, with the reason in ``unread``)."""
+    so its requests go through one, in front of ``router_engines``. Never raises (an outright failure
+    leaves every engine field unknown, with the reason in ``unread``)."""
     unread: list[str] = []
     try:
         found = await _read_all(url, model, unread)
@@ -383,6 +384,8 @@ async def read(
         found = {"model": model or None}
     if router_policy is not None and not found.get("router"):
         found |= {"router": router_version(), "router_policy": router_policy, "router_policy_from": "command"}
+        if router_engines:  # the engines its routers will be started in front of; no router has judged them yet
+            found["router_workers"] = [{"url": addresses.shown(u)[:200], "healthy": None} for u in router_engines]
     if found.get("router") and not found.get("router_policy") and _is_the_chats_router(url):
         found |= {"router_policy": str(settings.LAB_ROUTER_POLICY), "router_policy_from": "settings"}
     return Provenance(
@@ -452,7 +455,9 @@ def _workers_shown(listed: list[Any]) -> str:
         return str(pgettext_lazy("라우터", "없음"))
     unhealthy = str(gettext_lazy("비정상"))
     return ", ".join(
-        str(w.get("url")) + ("" if w.get("healthy") else f" ({unhealthy})") for w in listed if isinstance(w, dict)
+        str(w.get("url")) + ("" if w.get("healthy") is not False else f" ({unhealthy})")  # None: not judged
+        for w in listed
+        if isinstance(w, dict)
     )
 
 

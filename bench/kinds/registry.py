@@ -173,6 +173,8 @@ class JobKind:
     # The routing policies its requests go through, when the run starts vllm-router itself (the
     # run's provenance, ``bench.provenance``): policies(config), comma-separated.
     router_policies: Callable[[Any], str] | None = None
+    # The engines those routers stand in front of, from the job's engine address (a database read).
+    router_engines: Callable[[str], list[str]] | None = None
 
     def default(self) -> Any:
         """The config with every default: what an empty form runs."""

@@ -439,5 +439,6 @@ KIND = registry.register(
         checks=checks,
         engines_check=engines_check,
         router_policies=lambda config: ", ".join(config.policy_list),
+        router_engines=lambda base_url: [url for url, _name in pool_engines(base_url)],
     )
 )

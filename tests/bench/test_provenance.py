@@ -324,7 +324,12 @@ def test_a_run_through_vllm_router_records_the_router_and_its_policy(
     found = aio.run(provenance.read(url, model="fake-model", router_policy="round_robin, consistent_hash"))
     assert found.router is not None and found.router.startswith("vllm-router")
     assert found.router_policy == "round_robin, consistent_hash" and found.router_policy_from == "command"
-    assert found.router_workers is None  # its routers start later, one per policy
+    assert found.router_workers is None  # its routers start later, one per policy; in front of what, not said
+    behind = [url, "http://user:secret@127.0.0.1:9"]
+    found = aio.run(provenance.read(url, model="fake-model", router_policy="round_robin", router_engines=behind))
+    assert found.router_workers == [{"url": url, "healthy": None}, {"url": "http://127.0.0.1:9", "healthy": None}]
+    rows = {row.key: row for row in provenance.shown_rows(found.as_dict())}
+    assert rows["router_workers"].value == f"{url}, http://127.0.0.1:9"  # no router has judged them: no verdict
 
 
 # --- a job's run saves it ---------------------------------------------------------------------------

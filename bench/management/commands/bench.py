@@ -100,7 +100,10 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         base = vllm_client.base_url()
         policy = kind.router_policies(config) if kind.router_policies is not None else None
-        found = asyncio.run(provenance.read(base, model=settings.VLLM_MODEL or "", router_policy=policy))
+        behind = kind.router_engines(base) if kind.router_engines is not None else None
+        found = asyncio.run(
+            provenance.read(base, model=settings.VLLM_MODEL or "", router_policy=policy, router_engines=behind)
+        )
         try:
             results, _cancelled = run_once(kind, config, base_url=base)
         except vllm_client.EngineUnavailable as exc:
