@@ -181,3 +181,26 @@ def test_the_form_refuses_a_submit_with_one_chatting_engine_and_makes_no_job(mon
     page = learner.post("/bench/", {"kind": "router_policy"})
     assert page.status_code == 200 and not BenchJob.objects.filter(kind="router_policy").exists()
     assert "2대 이상 필요합니다" in page.content.decode()
+
+
+@pytest.mark.django_db
+def test_a_finished_runs_page_names_every_engine_its_routers_spread_over() -> None:
+    """Not only the pool's first engine (the job's own address): "측정한 엔진" lists those the run measured."""
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    from bench.models import BenchJob
+
+    owner = User.objects.create(username="router-owner")
+    engines = ["http://127.0.0.1:8602", "http://127.0.0.1:8603"]
+    job = BenchJob.objects.create(
+        owner=owner, kind="router_policy", config={}, engine_url=engines[0], status="done",
+        results={"cells": [], "engines": engines, "cancelled": False},
+    )  # fmt: skip
+    client = Client()
+    client.force_login(owner)
+    page = client.get(f"/bench/{job.pk}/").content.decode()
+    assert "측정한 엔진: 라우터를 거친 엔진 2대: http://127.0.0.1:8602, http://127.0.0.1:8603" in page
+    client.cookies["django_language"] = "en"
+    english = client.get(f"/bench/{job.pk}/").content.decode()
+    assert "2 engines through the router: http://127.0.0.1:8602, http://127.0.0.1:8603" in english
