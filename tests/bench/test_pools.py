@@ -321,6 +321,10 @@ def test_a_running_row_keeps_its_engine_busy_and_a_queue_without_measuring_engin
     assert pools.run_next(("nowhere", "TPU")) is None
     lonely.refresh_from_db()
     assert lonely.status == "failed" and "nowhere" in lonely.error and "측정 엔진이 없어" in lonely.error
+    client = Client()
+    client.force_login(ana)
+    page = client.get(f"/bench/{lonely.pk}/").content.decode()
+    assert "엔진:" in page and "측정한 엔진" not in page  # it never started: nothing measured it
 
 
 # --- the chat ---------------------------------------------------------------------------------

@@ -188,13 +188,14 @@ def test_a_finished_runs_page_names_every_engine_its_routers_spread_over() -> No
     """Not only the pool's first engine (the job's own address): "측정한 엔진" lists those the run measured."""
     from django.contrib.auth.models import User
     from django.test import Client
+    from django.utils import timezone
 
     from bench.models import BenchJob
 
     owner = User.objects.create(username="router-owner")
     engines = ["http://127.0.0.1:8602", "http://127.0.0.1:8603"]
     job = BenchJob.objects.create(
-        owner=owner, kind="router_policy", config={}, engine_url=engines[0], status="done",
+        owner=owner, kind="router_policy", config={}, engine_url=engines[0], status="done", started_at=timezone.now(),
         results={"cells": [], "engines": engines, "cancelled": False},
     )  # fmt: skip
     client = Client()
