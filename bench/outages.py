@@ -9,7 +9,7 @@ Now the dispatch (``bench.pools.run_next``) asks each free engine's health (``/h
 ``/v1/models``) before it starts a job there. One that does not answer is passed over like a busy
 one, and the moment it was first found down is kept in the stack's Redis, where every worker and
 every web process reads it. Runs wait while every engine of their queue is down, and their place
-says so (``pools.Place.engine_down``); once every engine of the queue has been down for
+says so (``pools.Place.engine_down_s``); once every engine of the queue has been down for
 ``BENCH_ENGINE_DOWN_WAIT_S`` the queue's waiting runs fail, naming the engines (``Outages.give_up``).
 A run cut by an engine that dies under it still fails at once, naming it: what it measured is kept.
 """
