@@ -113,8 +113,9 @@ check: lint $(EMBED_ONNX)
 perf: setup
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m labapp.ops.perf $(PERF_ARGS)
 
-# The load test at full size (50 chat websockets, 30 browsing users, a benchmark job); LOAD_ARGS=--reduced for CI's size.
-load: setup
+# The load test at full size (50 chat websockets, 30 browsing users, a benchmark job); LOAD_ARGS=--reduced for CI's size,
+# LOAD_ARGS="--web-processes 2" through nginx in front of two web processes (Debian's nginx, installed then).
+load: setup $(if $(findstring --web-processes,$(LOAD_ARGS)),$(NGINX))
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m labapp.ops.loadtest $(LOAD_ARGS)
 
 # A class on this machine, every process on loopback (docs/operations.md, "Class rehearsal"): PostgreSQL,

@@ -263,7 +263,7 @@ class Ask:
         if self.refusal is not None:
             raise self.refusal
         answer: Answer = await database_sync_to_async(self._write_row)()
-        self.keeper = keeper.Keeper(answer.pk, self.run.record)  # before anyone can see the row saved
+        self.keeper = keeper.Keeper(answer.pk, self.run.row_fields)  # before anyone can see the row saved
         self.keeper.start()
         return answer
 

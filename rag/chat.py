@@ -114,6 +114,16 @@ class AnswerRun:
     def ms_since_received(self, moment: float | None) -> float | None:
         return None if moment is None else round((moment - self.received_at) * 1000, 1)
 
+    def row_fields(self) -> dict[str, Any]:
+        """The answer's row as far as it has come: its text, prompt, sources and timings (written while it
+        streams by ``rag.keeper``, and once more when it ends by ``conversations.answer_finish``)."""
+        return {
+            "text": self.record.generated_text,
+            "prompt": self.prompt.text if self.prompt else "",
+            "sources": self.sources,
+            "timings": self.timings(),
+        }
+
     def timings(self) -> dict[str, Any]:
         r = self.record
 

@@ -144,10 +144,13 @@ def answers_orphaned_stop(user: AbstractBaseUser | AnonymousUser | None = None) 
     notice = {"code": CUT_OFF, "message": kept.text, "said": kept.form}
     saved = 0
     for answer in orphaned.only("pk", "timings"):
-        notices = [*(answer.timings.get("notices") or []), notice]
+        # The timings its keeper wrote (those measured before the cut), no estimate: it never ended.
+        timings = answer.timings | {"notices": [*(answer.timings.get("notices") or []), notice]}
+        if timings.get("estimate_state") == "pending":
+            timings["estimate_state"] = "cut"
         # Only while still streaming and unstamped: a process that was slow, not gone, finishes it itself.
         saved += Answer.objects.filter(pk=answer.pk, status=Answer.Status.STREAMING, beat_at__lt=_alive_since()).update(
-            status=Answer.Status.STOPPED, timings=answer.timings | {"notices": notices}
+            status=Answer.Status.STOPPED, timings=timings
         )
     return saved
 
@@ -159,14 +162,9 @@ def answer_finish(*, answer_id: int, run: AnswerRun, status: Answer.Status) -> A
     for notice in run.notices:
         kept = said.kept(notice["message"])
         notices.append({"code": notice["code"], "message": kept.text, "said": kept.form})
-    Answer.objects.filter(pk=answer_id).update(
-        status=status,
-        text=run.record.generated_text,
-        prompt=run.prompt.text if run.prompt else "",
-        sources=run.sources,
-        timings=run.timings() | {"notices": notices},
-        **Answer.error_fields(run.error),
-    )
+    row = run.row_fields()
+    row["timings"] |= {"notices": notices}
+    Answer.objects.filter(pk=answer_id).update(status=status, **row, **Answer.error_fields(run.error))
     return Answer.objects.get(pk=answer_id)
 
 

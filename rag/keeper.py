@@ -4,7 +4,8 @@ it had streamed.
 The answer's text is otherwise written once, when the answer ends (``conversations.answer_finish``), by
 the process that streamed it. A process killed mid-answer (a crash, an out-of-memory kill, the class
 rehearsal's web fault) never gets there: its row would stay "streaming" with no text. So while an answer
-streams, its ``Keeper`` writes the text so far (the first token at once, then at most every
+streams, its ``Keeper`` writes the row as far as it has come (``AnswerRun.row_fields``: the text so far,
+the prompt, the sources and the timings measured yet; the first token at once, then at most every
 ``TEXT_GAP_S``) and the liveness stamp ``beat_at`` (at least every ``BEAT_S``, tokens or not: vLLM may
 still be reading a long prompt). A row whose stamp is older than ``ORPHAN_S`` lost its process;
 ``conversations.answers_orphaned_stop`` saves it stopped with the text it has and a notice saying why.
@@ -20,12 +21,13 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
+from typing import Any
 
 from channels.db import database_sync_to_async
 from django.utils import timezone
 
 from rag.models import Answer
-from rag.vllm.records import RequestRecord
 
 log = logging.getLogger(__name__)
 
@@ -34,17 +36,18 @@ BEAT_S = 2.0  # the stamp is written at least this often while the answer stream
 ORPHAN_S = 10.0  # a "streaming" row whose stamp is this old lost its process (5 stamps missed)
 
 
-def _write(answer_id: int, text: str) -> int:
-    """The text so far and a new stamp; a row already finished (or saved stopped) is left as it is."""
-    return Answer.objects.filter(pk=answer_id, status=Answer.Status.STREAMING).update(text=text, beat_at=timezone.now())
+def _write(answer_id: int, fields: dict[str, Any]) -> int:
+    """The row so far and a new stamp; a row already finished (or saved stopped) is left as it is."""
+    return Answer.objects.filter(pk=answer_id, status=Answer.Status.STREAMING).update(**fields, beat_at=timezone.now())
 
 
 class Keeper:
     """Keeps one answer's row current from ``start`` until ``stop`` (awaited before the answer is
-    finished, so that no write of the keeper lands after the final one). ``nudge`` after new text."""
+    finished, so that no write of the keeper lands after the final one). ``nudge`` after new text.
+    ``row`` gives the fields to write, read when each write starts (``AnswerRun.row_fields``)."""
 
-    def __init__(self, answer_id: int, record: RequestRecord) -> None:
-        self.answer_id, self.record = answer_id, record
+    def __init__(self, answer_id: int, row: Callable[[], dict[str, Any]]) -> None:
+        self.answer_id, self.row = answer_id, row
         self.changed = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
         self.writing: asyncio.Future[int] | None = None
@@ -80,8 +83,8 @@ class Keeper:
             if self.stopping:
                 return
             self.changed.clear()
-            began, text = time.monotonic(), self.record.generated_text
-            self.writing = asyncio.ensure_future(database_sync_to_async(_write)(self.answer_id, text))
+            began, fields = time.monotonic(), self.row()
+            self.writing = asyncio.ensure_future(database_sync_to_async(_write)(self.answer_id, fields))
             try:
                 if not await asyncio.shield(self.writing):
                     return  # the row is no longer streaming (finished, or saved stopped): nothing to keep
@@ -90,5 +93,5 @@ class Keeper:
                 raise
             except Exception:  # the database down: the answer goes on streaming; the next tick tries again
                 log.warning("answer %s: its text so far could not be written", self.answer_id, exc_info=True)
-            if text:  # a stamp alone (no text yet) holds back no first token
+            if fields.get("text"):  # a stamp alone (no text yet) holds back no first token
                 await asyncio.sleep(max(0.0, TEXT_GAP_S - (time.monotonic() - began)))

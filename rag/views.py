@@ -114,6 +114,7 @@ def _missing_labels() -> dict[str, str]:
         "finish_abort": _("중단됨"),
         "estimate_no_output": _("첫 토큰 전에 끝나서 추정할 답의 모양(출력 토큰 수)이 없습니다"),
         "estimate_failed": _("답이 실패해서 추정하지 않았습니다"),
+        "estimate_cut": _("답을 보내던 웹 프로세스가 도중에 멈춰서 추정하지 않았습니다"),
         "estimate_cached_unknown": _("캐시된 토큰 수를 몰라 프롬프트 전체를 프리필로 셈"),
         "estimate_off_decode": _(
             "측정이 추정의 {ratio}배: 이 답의 디코드 속도 {answer} tok/s가 실습 1에서 잰 {lab} tok/s와 다릅니다 "

@@ -154,6 +154,10 @@ def test_an_answer_cut_by_a_killed_web_process_is_kept_on_the_page_asked_again_a
     saved = row.text.strip()  # what its process had written: the page's text, or all but its last moment
     assert row.status == "stopped" and saved and (shown.strip().startswith(saved) or saved.startswith(shown.strip()))
     expect(saved_card.locator(".notices")).to_contain_text("웹 프로세스가 답변 도중 멈췄습니다")
+    # Its timings as far as they came (its keeper wrote them with the text): TTFT and the sources, no estimate.
+    assert row.timings["client"]["ttft_ms"] and row.timings["estimate_state"] == "cut" and row.prompt
+    ttft = saved_card.locator('.keynums [data-k="prefill"]')
+    assert ttft.inner_text().endswith("ms"), ttft.inner_text()
     _shoot(page, "saved-ko")
     page.context.add_cookies([{"name": "django_language", "value": "en", "url": web.url}])
     page.reload()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -52,3 +53,30 @@ def test_many_sockets_browsers_and_a_job_at_once_deliver_every_frame_to_its_sock
     assert f"first question at {plan.first_question_chunks} chunks" in text
     assert report["ping_ms"]["inbound"]["n"] > 0 and report["client_loop_lag_ms"]["n"] > 0, report["ping_ms"]
     assert loadtest.failures(report) == []
+
+
+def test_the_load_through_nginx_in_front_of_two_web_processes_reaches_both_and_loses_nothing(
+    full_stack: str, chapter_indexed: None, celery_worker: harness.Service, shared_database: None, tmp_path: Path
+) -> None:
+    """``make load LOAD_ARGS="--web-processes 2"``: a second web process beside the stack's and Debian's
+    nginx in front of both (the class server's layout); the load goes through nginx, both answer."""
+    import dataclasses
+
+    from labapp.ops.loadtest.__main__ import front_start
+
+    started: list[harness.Service] = []
+    try:
+        args = front_start(2, tmp_path, started)
+        front = args[args.index("--web") + 1]
+        pids = [int(arg.split("=", 1)[1]) for arg in args if arg.startswith("--web-pid=")]
+        plan = dataclasses.replace(loadtest.REDUCED, job=False, first_question_chunks=0)
+        report = loadtest.load_run(front, plan, web_pids=pids)
+    finally:
+        for service in reversed(started):
+            service.stop()
+    assert len(set(pids)) == 2 and set(report["rss_mib"]) == {"web", "web-2", "worker"}, report["rss_mib"]
+    assert report["misdelivered"] == [] and report["socket_errors"] == []
+    assert report["answers"]["failed"] == [] and report["answers"]["done"] == plan.sockets * plan.asks * plan.rounds
+    assert report["pages"]["5xx"] == 0 and report["saved"]["problems"] == []
+    upstreams = set(re.findall(r"127\.0\.0\.1:\d+", (tmp_path / "nginx" / "access.log").read_text()))
+    assert len(upstreams) == 2, upstreams  # nginx sent pages and sockets to both web processes

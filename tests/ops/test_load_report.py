@@ -103,9 +103,12 @@ def test_a_collection_that_cannot_be_prepared_is_reported_and_nothing_is_asked(m
     assert first.report()["error"] == "preparing 500 chunks: ConnectionError: chroma at 127.0.0.1:9 refused"
 
 
-def test_a_negative_first_question_size_is_refused_with_a_message() -> None:
+def test_a_negative_first_question_size_and_web_processes_asked_of_the_command_are_refused_with_a_message() -> None:
     with pytest.raises(CommandError, match="cannot be negative"):
         call_command("load_test", "--first-question-chunks", "-1")
+    # Web processes are started by make load; the command itself loads what runs, and says so.
+    with pytest.raises(CommandError, match="make load"):
+        call_command("load_test", "--web-processes", "2")
     assert loadtest.FULL.first_question_chunks == 100_000
 
 

@@ -6,6 +6,7 @@ moment of its text, never the answer. The kill itself, on real processes: tests/
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -29,6 +30,10 @@ def _streaming(owner: Any, *, text: str = "", stamped_s_ago: float = 0) -> Answe
     return answer
 
 
+def _text_of(record: RequestRecord) -> Callable[[], dict[str, Any]]:
+    return lambda: {"text": record.generated_text}
+
+
 def _row(answer: Answer) -> Answer:
     return Answer.objects.get(pk=answer.pk)
 
@@ -41,7 +46,7 @@ def test_the_keeper_writes_new_text_at_once_then_at_most_every_gap_and_stops_bef
     record = RequestRecord()
 
     async def stream() -> tuple[str, int, str, int]:
-        kept = keeper.Keeper(answer.pk, record)
+        kept = keeper.Keeper(answer.pk, _text_of(record))
         record.generated_text = "프리필은"
         kept.start()
         await asyncio.sleep(0.1)
@@ -72,7 +77,7 @@ def test_the_keeper_stamps_an_answer_still_waiting_for_its_first_token(monkeypat
     answer = _streaming(get_user_model().objects.create(username="prefilling"), stamped_s_ago=60)
 
     async def wait() -> int:
-        kept = keeper.Keeper(answer.pk, RequestRecord())
+        kept = keeper.Keeper(answer.pk, _text_of(RequestRecord()))
         kept.start()
         await asyncio.sleep(0.55)
         await kept.stop()
@@ -87,7 +92,7 @@ def test_the_keeper_ends_by_itself_once_its_row_is_no_longer_streaming() -> None
     Answer.objects.filter(pk=answer.pk).update(status=Answer.Status.DONE, text="끝난 답")
 
     async def keep() -> bool:
-        kept = keeper.Keeper(answer.pk, RequestRecord(generated_text="늦은 글"))
+        kept = keeper.Keeper(answer.pk, _text_of(RequestRecord(generated_text="늦은 글")))
         kept.start()
         await asyncio.sleep(0.2)
         assert kept.task is not None
@@ -103,6 +108,8 @@ def test_an_answer_whose_process_stopped_stamping_is_saved_stopped_with_its_text
     User = get_user_model()
     learner, other = User.objects.create(username="cut"), User.objects.create(username="alive")
     gone = _streaming(learner, text="프리필은 프롬", stamped_s_ago=keeper.ORPHAN_S + 1)
+    kept_timings = {"client": {"ttft_ms": 412.5}, "estimate_state": "pending"}  # as its keeper last wrote them
+    Answer.objects.filter(pk=gone.pk).update(timings=kept_timings)
     fresh = _streaming(learner, text="디코드는", stamped_s_ago=1)  # its process still writes
     elsewhere = _streaming(other, text="KV", stamped_s_ago=keeper.ORPHAN_S + 1)
     assert conversations.streaming_count(learner) == 1  # the orphan no longer counts against the limit
@@ -116,6 +123,8 @@ def test_an_answer_whose_process_stopped_stamping_is_saved_stopped_with_its_text
     assert _row(fresh).status == Answer.Status.STREAMING
     assert _row(elsewhere).status == Answer.Status.STOPPED
     [notice] = cut.timings["notices"]
+    assert cut.timings["client"] == {"ttft_ms": 412.5}  # what was measured before the cut stays on its card
+    assert cut.timings["estimate_state"] == "cut"  # never ended: no estimate, and the card says why
     assert notice["code"] == conversations.CUT_OFF
     for language, words in (("ko", "웹 프로세스가 답변 도중 멈췄습니다"), ("en", "web process")):
         with translation.override(language):
@@ -144,7 +153,7 @@ def test_the_first_token_after_a_stamp_alone_is_written_at_once(monkeypatch: pyt
     record = RequestRecord()
 
     async def stream() -> str:
-        kept = keeper.Keeper(answer.pk, record)
+        kept = keeper.Keeper(answer.pk, _text_of(record))
         kept.start()
         await asyncio.sleep(0.1)  # the stamp is written
         record.generated_text = "프리필"

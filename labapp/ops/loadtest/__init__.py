@@ -25,7 +25,7 @@ A benchmark job is submitted at the start of each round and waited for at its en
   ``client_timing`` frame, as the browser does, and must be saved). Frames carry no
   server clock, so a per-token delay is not measurable without changing the protocol;
 * **client TTFT**: ask sent → first token frame;
-* **RSS** of the web server and the Celery worker (each with its child processes) before
+* **RSS** of each web process and the Celery worker (each with its child processes) before
   the first round and after each round; memory is flat when the last round adds less
   than ``rss_bound_mib`` to either;
 * afterwards every asked answer is a saved row with status ``done`` and its timings;
@@ -64,7 +64,7 @@ def load_run(
     web: str,
     plan: LoadPlan,
     *,
-    web_pid: int | None = None,
+    web_pids: list[int] | None = None,
     worker_pid: int | None = None,
     keep: bool = False,
     say: Callable[[str], object] = print,
@@ -73,10 +73,13 @@ def load_run(
 
     plan.check()
     questions = [json.loads(line)["question"] for line in QUESTIONS_FILE.read_text().splitlines() if line.strip()]
-    web_pid = web_pid or find_web_pid(httpx.URL(web).port or 80)
+    found = find_web_pid(httpx.URL(web).port or 80) if not web_pids else None
+    web_pids = web_pids or ([found] if found else [])
     redis_port = httpx.URL(str(settings.REDIS_URL).replace("redis://", "http://")).port or 6379
     worker_pid = worker_pid or find_worker_pid(redis_port)
-    processes = {"web": web_pid, "worker": worker_pid}
+    webs: dict[str, int | None] = {("web" if n == 1 else f"web-{n}"): pid for n, pid in enumerate(web_pids, start=1)}
+    webs = webs or {"web": None}  # not found: its memory is not read (the report says so)
+    processes = webs | {"worker": worker_pid}
     cast = cast_create(plan)
     paths = page_paths(cast)
     say(f"[load] run {cast.run}: {plan.sockets} sockets ({plan.tab_pairs} two-tab users), {plan.browsers} browsers")

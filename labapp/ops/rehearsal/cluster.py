@@ -62,6 +62,11 @@ class Ports:
         return cls(**found)
 
 
+def free_port() -> int:
+    """A port free now, handed out by the system."""
+    return _free_ports(1)
+
+
 def _free_ports(count: int = 1) -> int:
     """The first of ``count`` consecutive free ports."""
     while True:

@@ -44,7 +44,19 @@ class Command(BaseCommand):
             help=f"a new process's first question at this many chunks, during the last round; 0: none "
             f"(default {full.first_question_chunks})",
         )
-        parser.add_argument("--web-pid", type=int, help="the web server's pid (default: found by its port)")
+        parser.add_argument(
+            "--web-pid",
+            type=int,
+            action="append",
+            dest="web_pids",
+            help="a web process's pid, once per process (default: the one listening on --web's port)",
+        )
+        parser.add_argument(
+            "--web-processes",
+            type=int,
+            default=1,
+            help="make load only: start this many web processes (WEB_PORT's and more) behind nginx, load through it",
+        )
         parser.add_argument("--worker-pid", type=int, help="the Celery worker's pid (default: found by its Redis)")
         parser.add_argument("--keep", action="store_true", help="keep the run's users, class and answers")
         parser.add_argument("--json", action="store_true", help="print the whole report as JSON")
@@ -58,12 +70,17 @@ class Command(BaseCommand):
             plan.check()
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
+        if options["web_processes"] > 1 and not options["web"]:
+            raise CommandError(
+                "--web-processes starts processes: run it with make load (python -m labapp.ops.loadtest); "
+                "against web processes already behind a proxy, give --web its address and --web-pid each pid"
+            )
         web = options["web"] or f"http://127.0.0.1:{settings.WEB_PORT}"
         say = (lambda _text: None) if options["json"] else (lambda text: self.stdout.write(text))
         report = loadtest.load_run(
             web,
             plan,
-            web_pid=options["web_pid"],
+            web_pids=options["web_pids"],
             worker_pid=options["worker_pid"],
             keep=options["keep"],
             say=say,
