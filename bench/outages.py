@@ -23,7 +23,6 @@ from collections.abc import Iterable
 
 from asgiref.sync import async_to_sync
 from django.conf import settings
-from django.utils import timezone
 
 from labapp import addresses
 from labapp.said import gettext as _  # the reason is saved and said again in each reader's language
@@ -100,9 +99,9 @@ class Outages:
         down_for = self.all_down_for(urls)
         if down_for is None or down_for < settings.BENCH_ENGINE_DOWN_WAIT_S:
             return 0
+        from bench import pools
         from bench.models import BenchJob
 
-        pool, hardware = queue
         error = BenchJob.error_fields(
             _(
                 "측정 엔진(%(engines)s)이 %(seconds)d초 동안 응답하지 않아 실행하지 못했습니다. "
@@ -110,5 +109,4 @@ class Outages:
             )
             % {"engines": ", ".join(addresses.shown(u) for u in urls), "seconds": round(down_for)}
         )
-        waiting = BenchJob.objects.filter(status=BenchJob.Status.QUEUED, pool=pool, hardware=hardware)
-        return waiting.update(status=BenchJob.Status.FAILED, finished_at=timezone.now(), **error)
+        return pools.fail_waiting(queue, error)

@@ -13,17 +13,16 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
+from django.test import override_settings
 from playwright.sync_api import expect
 
 from labapp.ops import scripted
-from labapp.ops.stack.components import DAPHNE_FLAGS
+from labapp.ops.stack import components, launch
 from tests import harness
 from tests.settings import free_port
 
@@ -60,7 +59,7 @@ def one_slot_site(
     """A web server whose chat engine (the scripted one) has one slot and a line of one; three learners."""
     _script, engine_url = scripted_engine
     port = free_port()
-    env = os.environ | {
+    env = {
         "VLLM_BASE_URL": engine_url,
         "VLLM_MODEL": "",
         "LAB_ROUTER": "false",
@@ -72,7 +71,7 @@ def one_slot_site(
         subprocess.run(
             [sys.executable, "manage.py", "shell", "-c", MAKE_LEARNERS],
             cwd=ROOT,
-            env=env,
+            env=os.environ | env,
             check=True,
             capture_output=True,
             text=True,
@@ -80,38 +79,22 @@ def one_slot_site(
         .stdout.strip()
         .splitlines()[-1]
     )
-    log = (harness.LOG_DIR / "web-admission.log").open("ab")
-    command = [
-        sys.executable,
-        "-m",
-        "daphne",
-        *DAPHNE_FLAGS,
-        "-b",
-        "127.0.0.1",
-        "-p",
-        str(port),
-        "labapp.asgi:application",
-    ]
-    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
+    web = own_web(port, env, "web-admission")
     try:
-        for _ in range(150):
-            try:
-                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        else:
-            raise AssertionError("the web server did not start")
-        yield url, cookies
+        yield f"http://127.0.0.1:{port}", cookies
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        log.close()
+        web.stop()
+
+
+def own_web(port: int, env: dict[str, str], log_name: str) -> launch.Service:
+    """The stack's own web process (``components.web``, as ``make run`` starts it) at ``port``, with ``env``
+    over this process's environment, logged to ``log_name``; started and answering."""
+    with override_settings(WEB_PORT=port):
+        component = components.web()
+    component.env = component.env | env
+    service = launch.start_component(component, harness.LOG_DIR, log_name)
+    service.wait_ready()
+    return service
 
 
 def _chat_page(browser: Any, url: str, session: str) -> Any:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -20,15 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from playwright.sync_api import expect
 
 from labapp.ops import scripted
-from labapp.ops.stack.components import DAPHNE_FLAGS
+from labapp.ops.stack import launch
 from rag import keeper
-from tests import harness
-from tests.browser.test_browser_admission import MAKE_LEARNERS, _ask, _chat_page
+from tests.browser.test_browser_admission import MAKE_LEARNERS, _ask, _chat_page, own_web
 from tests.settings import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.browser]
@@ -45,35 +42,22 @@ def engine_script() -> scripted.Script:
 
 @dataclass
 class Site:
-    """One Daphne on a fixed port, which the test can kill (SIGKILL) and start again."""
+    """The stack's own web process on a fixed port, which the test can kill (SIGKILL) and start again."""
 
     env: dict[str, str]
     port: int
-    process: subprocess.Popen[bytes] | None = None
+    service: launch.Service | None = None
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> None:
-        command = [sys.executable, "-m", "daphne", *DAPHNE_FLAGS, "-b", "127.0.0.1", "-p", str(self.port)]
-        with (harness.LOG_DIR / "web-cut.log").open("ab") as log:
-            self.process = subprocess.Popen(
-                [*command, "labapp.asgi:application"], cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT
-            )
-        for _ in range(150):
-            try:
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise AssertionError("the web server did not start")
+        self.service = own_web(self.port, self.env, "web-cut")
 
     def kill(self) -> None:
-        assert self.process is not None
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait(timeout=10)
+        assert self.service is not None
+        self.service.kill()
 
 
 @pytest.fixture
@@ -81,9 +65,13 @@ def site(
     redis_server: str, shared_database: None, scripted_engine: tuple[scripted.Script, str]
 ) -> Iterator[tuple[Site, str]]:
     _script, engine_url = scripted_engine
-    env = os.environ | {"VLLM_BASE_URL": engine_url, "VLLM_MODEL": "", "LAB_ROUTER": "false"}
+    env = {"VLLM_BASE_URL": engine_url, "VLLM_MODEL": "", "LAB_ROUTER": "false"}
     made = subprocess.run(
-        [sys.executable, "manage.py", "shell", "-c", MAKE_LEARNERS], cwd=ROOT, env=env, check=True, capture_output=True
+        [sys.executable, "manage.py", "shell", "-c", MAKE_LEARNERS],
+        cwd=ROOT,
+        env=os.environ | env,
+        check=True,
+        capture_output=True,
     )
     cookie = json.loads(made.stdout.decode().strip().splitlines()[-1])[0]
     web = Site(env, free_port())
@@ -91,12 +79,8 @@ def site(
     try:
         yield web, cookie
     finally:
-        if web.process is not None and web.process.poll() is None:
-            web.process.terminate()
-            try:
-                web.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:  # a socket still open keeps Daphne waiting on it
-                web.kill()
+        if web.service is not None:
+            web.service.stop()
 
 
 def _row(answer_id: int) -> Any:

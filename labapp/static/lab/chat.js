@@ -346,17 +346,25 @@
     delete line.dataset.position;
   }
 
-  function refused(st, m, id) {
+  // A live card that ends without an answer (refused, or cut off with its socket): its timer stopped,
+  // forgotten, its status and message set, the queue line and Stop hidden; its "ask again" button shown.
+  function endCard(st, id, status, label, message) {
     const article = st.article;
     clearInterval(st.timer);
     delete live[id];
-    article.dataset.status = "refused";
-    article.querySelector(".status").textContent = L.refused;
-    article.querySelector(".error").textContent = m.error;
+    article.dataset.status = status;
+    article.querySelector(".status").textContent = label;
+    article.querySelector(".error").textContent = message;
     article.querySelector(".queue-state").hidden = true;
     article.querySelector(".stop").hidden = true;
     const retry = article.querySelector(".retry");
     retry.hidden = false;
+    return retry;
+  }
+
+  function refused(st, m, id) {
+    const article = st.article;
+    const retry = endCard(st, id, "refused", L.refused, m.error);
     let left = m.retry_s || 0;
     const count = () => {
       retry.disabled = left > 0;
@@ -379,15 +387,7 @@
   // sends the same question once the socket is back, beside this card when it has a saved row.
   function cutOff(st, id) {
     const article = st.article;
-    clearInterval(st.timer);
-    delete live[id];
-    article.dataset.status = "cut";
-    article.querySelector(".status").textContent = L.cut_off;
-    article.querySelector(".error").textContent = L.cut_off_help;
-    article.querySelector(".queue-state").hidden = true;
-    article.querySelector(".stop").hidden = true;
-    const retry = article.querySelector(".retry");
-    retry.hidden = false;
+    const retry = endCard(st, id, "cut", L.cut_off, L.cut_off_help);
     retry.disabled = false;
     retry.textContent = L.retry_now;
     retry.addEventListener("click", () => {
