@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import threading
+import os
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -62,24 +63,29 @@ def test_a_first_question_that_failed_fails_the_run_by_name() -> None:
     assert _line(loadtest.table(_report(None)), "a new process's first question at size") == "not asked"
 
 
-def test_the_first_question_is_asked_on_its_own_thread_and_knows_whether_the_round_was_still_running(
-    monkeypatch: pytest.MonkeyPatch,
+def _first_question_elsewhere(database: dict[str, Any], collection: str, question: str, answer: Any) -> None:
+    """In place of the spawned process's work: says which process it ran in (the file named ``collection``)."""
+    Path(collection).write_text(f"{os.getpid()} {question} {database.get('ENGINE')}")
+    answer.send(("ok", 0.123))
+
+
+def test_the_first_question_is_asked_in_a_process_of_its_own_and_knows_whether_the_round_was_still_running(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    """A process, not a thread of the load client: opening a large saved index holds the interpreter's lock
+    for seconds, which stalled the client's event loop and inflated the websocket delays it measured."""
+    from labapp.ops.loadtest import search
     from labapp.ops.measures import bench_retrieval_scale
 
-    asked: list[tuple[str, str, str]] = []
-    monkeypatch.setattr(bench_retrieval_scale, "prepare", lambda n: {"collection": f"perf-scale-{n}", "fill_s": 0.0})
-
-    def first_question(name: str, question: str) -> float:
-        asked.append((name, question, threading.current_thread().name))
-        return 0.123
-
-    monkeypatch.setattr(bench_retrieval_scale, "first_question", first_question)
+    said = tmp_path / "asked"
+    monkeypatch.setattr(bench_retrieval_scale, "prepare", lambda n: {"collection": str(said), "fill_s": 0.0})
+    monkeypatch.setattr(search, "_first_question_process", _first_question_elsewhere)
     first = FirstQuestion(500, "질문", delay_s=0.0)
     first.prepare()
     first.start()
     result = first.report()
-    assert asked == [("perf-scale-500", "질문", "load-first-question")]
+    pid, question, engine = said.read_text().split()
+    assert int(pid) != os.getpid() and question == "질문" and engine.startswith("django.db.backends.")
     assert result["seconds"] == 0.12 and result["under_load"] is True and result["error"] == ""
 
     over = FirstQuestion(500, "질문", delay_s=0.2)
