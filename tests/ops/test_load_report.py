@@ -195,3 +195,34 @@ def test_a_simulated_learner_turned_away_by_the_chat_admission_asks_again_after_
     assert [f["type"] for f in socket.sent] == ["ask", "ask", "client_timing"]
     assert (ask.status, ask.refused, ask.queued_ms, ask.tokens) == ("done", 1, 1500.0, 1)
     assert not result.misdelivered
+
+
+def test_a_pong_that_never_comes_back_is_counted_lost_and_the_round_still_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The ping probe waited on ``recv`` for a pong lost on its way back, and the round never ended (a
+    full-size run hung for minutes after its sockets were done). It waits PONG_WAIT_S at most now."""
+    import asyncio
+
+    import websockets
+
+    from labapp.ops.loadtest import traffic
+
+    monkeypatch.setattr(traffic, "PONG_WAIT_S", 0.2)
+
+    async def swallow(connection: Any) -> None:
+        async for _message in connection:  # every ping read, none answered
+            pass
+
+    async def probe() -> RoundResult:
+        result, stop = RoundResult(), asyncio.Event()
+        async with websockets.serve(swallow, "127.0.0.1", 0) as server:
+            port = next(iter(server.sockets)).getsockname()[1]
+            pinger = asyncio.create_task(traffic._pinger(f"http://127.0.0.1:{port}", Person(1, "p", "c"), stop, result))
+            await asyncio.sleep(1.0)
+            stop.set()
+            await asyncio.wait_for(pinger, 2)
+        return result
+
+    result = aio.run(probe())
+    assert result.pongs_lost >= 2 and result.ping_in_ms == [] and result.socket_errors == []

@@ -30,6 +30,8 @@ class LoadPlan:
             raise ValueError("the first question's collection size cannot be negative (0: no first question)")
 
 
+PONG_WAIT_S = 5.0  # a ping's pong not back within this is counted lost (traffic._pinger)
+
 FULL = LoadPlan()
 REDUCED = LoadPlan(sockets=12, tab_pairs=3, browsers=6, first_question_chunks=1000)
 
@@ -64,4 +66,5 @@ class RoundResult:
     client_lag_ms: list[float] = field(default_factory=list)  # the load client's own event loop, every 20 ms
     ping_in_ms: list[float] = field(default_factory=list)  # /ws/ping/: client → server, on the shared clock
     ping_out_ms: list[float] = field(default_factory=list)  # server → channel layer → client
+    pongs_lost: int = 0  # pings whose pong did not come back within PONG_WAIT_S
     seconds: float = 0.0

@@ -17,7 +17,7 @@ from websockets.exceptions import InvalidStatus, WebSocketException
 from websockets.typing import Origin
 
 from labapp.ops.loadtest.cast import Cast, Person
-from labapp.ops.loadtest.plan import AskResult, LoadPlan, RoundResult
+from labapp.ops.loadtest.plan import PONG_WAIT_S, AskResult, LoadPlan, RoundResult
 
 # chat.js reconnects 2 s after a closed or refused socket. Daphne refuses a handshake that
 # the application has not accepted within its websocket_connect_timeout (5 s).
@@ -219,7 +219,12 @@ async def _pinger(web: str, person: Person, stop: asyncio.Event, result: RoundRe
         async with websockets.connect(url, origin=site_origin(web), additional_headers=headers) as socket:
             while not stop.is_set():
                 await socket.send(json.dumps({"type": "ping", "sent": time.time()}))
-                frame = json.loads(await socket.recv())
+                try:  # a pong lost on its way back is counted, not waited for (a run hung on one for minutes)
+                    async with asyncio.timeout(PONG_WAIT_S):
+                        frame = json.loads(await socket.recv())
+                except TimeoutError:
+                    result.pongs_lost += 1
+                    continue
                 arrived = time.time()
                 if frame.get("type") == "pong":
                     result.ping_in_ms.append(round((frame["server_received"] - frame["sent"]) * 1000, 1))
