@@ -71,7 +71,8 @@ def configured() -> list[Choice]:
     return [
         Choice(
             spec.url,
-            _("기본 엔진") if spec.number == 1 else _("엔진 %(n)d") % {"n": spec.number},
+            # Kept as keys where they are saved (an answer's engine): said again in each reader's language.
+            said.gettext("기본 엔진") if spec.number == 1 else said.gettext("엔진 %(n)d") % {"n": spec.number},
             configured=True,
             role=spec.role,
             number=spec.number,

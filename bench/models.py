@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
 from django.utils.choices import BaseChoiceIterator
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import pgettext_lazy
@@ -136,6 +137,15 @@ class BenchJob(said.KeepsError, models.Model):
         """(cell name, most requests beyond its own) of each cell measured while other traffic ran on the engine."""
         spec = self.kind_spec
         return spec.disturbed(self.results or {}) if spec is not None else []
+
+    @classmethod
+    def fail_waiting(cls, queue: tuple[str, str], error: dict[str, Any], **only: Any) -> int:
+        """The waiting jobs of ``queue`` (pool, hardware), those of them matching ``only``, failed at once with
+        ``error`` (``error_fields``); how many. For a queue that can never run them (``bench.pools.strand``)
+        or whose engines stayed down too long (``bench.outages``)."""
+        pool, hardware = queue
+        waiting = cls.objects.filter(status=cls.Status.QUEUED, pool=pool, hardware=hardware, **only)
+        return waiting.update(status=cls.Status.FAILED, finished_at=timezone.now(), **error)
 
     def __str__(self) -> str:
         return f"{self.kind} #{self.pk} ({self.status})"

@@ -99,7 +99,6 @@ class Outages:
         down_for = self.all_down_for(urls)
         if down_for is None or down_for < settings.BENCH_ENGINE_DOWN_WAIT_S:
             return 0
-        from bench import pools
         from bench.models import BenchJob
 
         error = BenchJob.error_fields(
@@ -109,4 +108,4 @@ class Outages:
             )
             % {"engines": ", ".join(addresses.shown(u) for u in urls), "seconds": round(down_for)}
         )
-        return pools.fail_waiting(queue, error)
+        return BenchJob.fail_waiting(queue, error)

@@ -144,16 +144,7 @@ def strand(queue: Queue) -> int:
         )
         % {"pool": pool, "hardware": hardware or "—"}
     )
-    return fail_waiting(queue, error, pinned=False)
-
-
-def fail_waiting(queue: Queue, error: dict[str, Any], **only: Any) -> int:
-    """The queue's waiting jobs (those of them matching ``only``) fail with ``error``
-    (``BenchJob.error_fields``) at once; how many. For a queue that can never run them (``strand``) or whose
-    engines stayed down too long (``bench.outages``)."""
-    pool, hardware = queue
-    waiting = BenchJob.objects.filter(status=BenchJob.Status.QUEUED, pool=pool, hardware=hardware, **only)
-    return waiting.update(status=BenchJob.Status.FAILED, finished_at=timezone.now(), **error)
+    return BenchJob.fail_waiting(queue, error, pinned=False)
 
 
 def run_next(queue: Queue) -> BenchJob | None:

@@ -12,6 +12,7 @@ from django.utils.translation import gettext as _
 from bench import engines, pools
 from bench.kinds import registry
 from bench.models import BenchJob
+from labapp import said
 from rag.chat import Engine, Speeds
 from rag.vllm import client as vllm_client
 
@@ -73,7 +74,7 @@ def chat_engine(session_key: str | None) -> Engine:
     choice = pools.chat_engine(url, options)
     routed = settings.LAB_ROUTER and choice.url.rstrip("/") in {u.rstrip("/") for u in settings.LAB_ROUTER_ENGINES}
     if routed:  # vllm-router in front of the chat pool picks the engine (vllm_client.chat_url)
-        return Engine(name=str(_("vLLM 라우터")) if not choice.configured or choice.number > 1 else choice.name)
+        return Engine(name=said.gettext("vLLM 라우터") if not choice.configured or choice.number > 1 else choice.name)
     if choice.configured and choice.number == 1:
         return Engine(name=choice.name)
     return Engine(url=choice.url, name=choice.name, model=choice.model)

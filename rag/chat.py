@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from labapp import addresses
+from labapp import addresses, said
 from labapp.said import gettext as _  # an answer's error is saved and said again in each reader's language
 from rag import answer_guard, plaintext, prompting, retrieval
 from rag.access import CollectionRef
@@ -60,7 +60,12 @@ class Engine:
 
     def shown(self) -> dict[str, str]:
         """Name and address (where it was asked) for the answer card, never with the address's credentials."""
-        return {"name": self.name, "url": addresses.shown(self.request_url)}
+        return {"name": str(self.name), "url": addresses.shown(self.request_url)}
+
+    def kept(self) -> dict[str, Any]:
+        """``shown`` as the answer's row keeps it: with the name's form (``name_said``), so that the name is
+        said again in each reader's language (``conversations.answer_payload``): "기본 엔진", "Default engine"."""
+        return self.shown() | {"name_said": said.kept(self.name).form}
 
 
 @dataclass
@@ -133,7 +138,7 @@ class AnswerRun:
         return {
             "api": self.api,
             "model": self.model,
-            "engine": self.engine.shown(),
+            "engine": self.engine.kept(),
             "retrieval_ms": None if self.retrieval_ms is None else round(self.retrieval_ms, 1),
             "embed_ms": None if self.embed_ms is None else round(self.embed_ms, 1),
             "search_ms": None if self.search_ms is None else round(self.search_ms, 1),

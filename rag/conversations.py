@@ -199,9 +199,20 @@ def answer_payload(answer: Answer) -> dict[str, Any]:
         "status": answer.status,
         "error": answer.error_shown,  # in the reader's language, without credentials
         "sources": answer.sources,
-        "timings": answer.timings | {"notices": _notices_shown(answer.timings.get("notices") or [])},
+        "timings": answer.timings
+        | {"notices": _notices_shown(answer.timings.get("notices") or [])}
+        | _engine_shown(answer),
         "prompt": answer.prompt,
     }
+
+
+def _engine_shown(answer: Answer) -> dict[str, Any]:
+    """The engine the answer was asked on, its name in the reader's language (none saved: nothing to add)."""
+    engine = answer.timings.get("engine")
+    if not isinstance(engine, dict):
+        return {}
+    name = said.shown(engine.get("name", ""), engine.get("name_said"))
+    return {"engine": {k: v for k, v in engine.items() if k != "name_said"} | {"name": name}}
 
 
 def _notices_shown(notices: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import dataclasses
 import html
 import json
 import re
@@ -349,6 +350,13 @@ def engine_probe_that_failed(world: World) -> Read:
     return lambda: [probe.reason for _choice, probe in engines.probed(engines.choices()) if not probe.ok]
 
 
+def answer_engine_name(world: World) -> Read:
+    """The configured engine's name on an answer's card ("기본 엔진"), kept with the answer as a key."""
+    run = dataclasses.replace(_run(world), engine=chat.Engine(url=world.engine_url, name=engines.configured()[0].name))
+    pk = _answer_saved(world, run)
+    return lambda: [conversations.answer_payload(Answer.objects.get(pk=pk))["timings"]["engine"]["name"]]
+
+
 CASES = [
     Case("job started too often", ("bench/jobrun.py:claim",), job_started_too_often),
     Case("job started over", ("bench/jobrun.py:claim",), job_started_over),
@@ -381,6 +389,7 @@ CASES = [
         answer_cut_off_by_its_lost_web_process,
     ),
     Case("engine probe that failed", ("bench/engines.py:probe",), engine_probe_that_failed),
+    Case("answer's engine name", ("rag/chat.py:kept",), answer_engine_name),
 ]
 # Every answer's error and notices are saved in one place, whichever case made them.
 SAVED_BY_EVERY_ANSWER = "rag/conversations.py:answer_finish"
