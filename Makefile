@@ -100,9 +100,17 @@ $(NGINX):
 	$$SUDO apt-get install -y -q nginx-light >/dev/null 2>&1 || \
 	{ $$SUDO apt-get update -q >/dev/null && $$SUDO apt-get install -y -q nginx-light >/dev/null; }
 
-# --durations: every run shows where its time went.
-test: $(VENV)/.installed $(ENGINE_DEPS) $(ROUTER_VENV)/.installed $(BROWSER_DEPS) $(EMBED_ONNX) $(AXE) $(NGINX)
+# The whole suite in two steps: the tests without a real service on every core (as `make check`), then the
+# integration and browser tests one at a time (real engines and timings share the machine with nothing else).
+# PYTEST_ARGS (a file, -k, -m …): one run of what it selects, one test at a time. --durations: where time went.
+TEST_DEPS := $(VENV)/.installed $(ENGINE_DEPS) $(ROUTER_VENV)/.installed $(BROWSER_DEPS) $(EMBED_ONNX) $(AXE) $(NGINX)
+test: $(TEST_DEPS)
+ifeq ($(strip $(PYTEST_ARGS)),)
+	$(PY) -m pytest -m "not integration and not browser" -n auto --durations=10
+	$(PY) -m pytest -m "integration or browser" --durations=25
+else
 	$(PY) -m pytest --durations=25 $(PYTEST_ARGS)
+endif
 
 # Lint and every test without a real service or the browser (tests/conftest.py marks those integration
 # and browser); LAB_CHECK_TIER makes the harness refuse to start one, naming the test. Needs only $(VENV).

@@ -35,6 +35,8 @@ python manage.py export_embedding_onnx
 if [ "${1:-}" = "daphne" ]; then
     python manage.py load_chapter
     python manage.py build_index
+    # nginx's page for a request a web process took and never answered (the web-down volume).
+    python manage.py web_down_pages /srv/web-down
 fi
 
 exec "$@"

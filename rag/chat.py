@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import hashlib
 import time
 from collections.abc import Awaitable, Callable
@@ -65,7 +66,12 @@ class Engine:
     def kept(self) -> dict[str, Any]:
         """``shown`` as the answer's row keeps it: with the name's form (``name_said``), so that the name is
         said again in each reader's language (``conversations.answer_payload``): "기본 엔진", "Default engine"."""
-        return self.shown() | {"name_said": said.kept(self.name).form}
+        return self.shown() | {"name_said": self._name_form}
+
+    @functools.cached_property
+    def _name_form(self) -> dict[str, Any]:
+        """The name's form, made once per engine (``kept`` runs on each of the keeper's writes)."""
+        return said.kept(self.name).form
 
 
 @dataclass

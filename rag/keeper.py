@@ -6,19 +6,21 @@ the process that streamed it. A process killed mid-answer (a crash, an out-of-me
 rehearsal's web fault) never gets there: its row would stay "streaming" with no text. So while an answer
 streams, its ``Keeper`` writes the row as far as it has come (``AnswerRun.row_fields``: the text so far,
 the prompt, the sources and the timings measured yet; the first token at once, then at most every
-``TEXT_GAP_S``) and the liveness stamp ``beat_at`` (at least every ``BEAT_S``, tokens or not: vLLM may
+``TEXT_GAP_S``; each write sends only the fields changed since the last, so the prompt and sources once)
+and the liveness stamp ``beat_at`` (at least every ``BEAT_S``, tokens or not: vLLM may
 still be reading a long prompt). A row whose stamp is older than ``ORPHAN_S`` lost its process;
 ``conversations.answers_orphaned_stop`` saves it stopped with the text it has and a notice saying why.
 
 At most the last ``TEXT_GAP_S`` of tokens before a kill are shown on the learner's page and missing
 from the row. The writes go through the thread Channels keeps for the ORM, as every other write of the
-chat does: one small UPDATE at most every ``TEXT_GAP_S`` per answer streaming.
+chat does: one small UPDATE (the text and timings) at most every ``TEXT_GAP_S`` per answer streaming.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import logging
 import time
 from collections.abc import Callable
@@ -34,6 +36,7 @@ log = logging.getLogger(__name__)
 TEXT_GAP_S = 0.5  # new text waits at most this long after the last write
 BEAT_S = 2.0  # the stamp is written at least this often while the answer streams
 ORPHAN_S = 10.0  # a "streaming" row whose stamp is this old lost its process (5 stamps missed)
+_UNSET = object()  # a field the keeper has not written yet
 
 
 def _write(answer_id: int, fields: dict[str, Any]) -> int:
@@ -53,6 +56,7 @@ class Keeper:
         self.writing: asyncio.Future[int] | None = None
         self.stopping = False
         self.writes = 0
+        self.written: dict[str, Any] = {}  # each field as last written: a write sends only what changed since
 
     def start(self) -> None:
         """Keep the row from now on, starting with the text streamed before it was made."""
@@ -84,11 +88,13 @@ class Keeper:
                 return
             self.changed.clear()
             began, fields = time.monotonic(), self.row()
-            self.writing = asyncio.ensure_future(database_sync_to_async(_write)(self.answer_id, fields))
+            changed = {name: value for name, value in fields.items() if self.written.get(name, _UNSET) != value}
+            self.writing = asyncio.ensure_future(database_sync_to_async(_write)(self.answer_id, changed))
             try:
                 if not await asyncio.shield(self.writing):
                     return  # the row is no longer streaming (finished, or saved stopped): nothing to keep
                 self.writes += 1
+                self.written.update(copy.deepcopy(changed))  # a copy: the run changes its sources in place
             except asyncio.CancelledError:
                 raise
             except Exception:  # the database down: the answer goes on streaming; the next tick tries again

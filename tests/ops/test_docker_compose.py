@@ -238,6 +238,25 @@ def test_nginx_proxies_both_web_processes_as_the_rehearsal_does(services: dict[s
     assert "./nginx.conf:/etc/nginx/nginx.conf:ro" in nginx["volumes"]
 
 
+def test_nginx_answers_a_request_never_answered_with_the_labs_page_written_by_the_web_service(
+    compose: dict[str, Any], services: dict[str, dict[str, Any]]
+) -> None:
+    """The same page and configuration as the rehearsal's nginx (labapp/ops/web_down.py): the web service's
+    entrypoint writes it into the web-down volume, nginx serves it from there, read-only."""
+    from labapp.ops import web_down
+
+    conf = (DOCKER / "nginx.conf").read_text()
+    served = web_down.NGINX_SERVER.replace("{pages}", "/usr/share/nginx/lab-web-down")
+    assert web_down.NGINX_MAP in conf and all(line in conf for line in served.splitlines())
+    assert "web-down:/usr/share/nginx/lab-web-down:ro" in services["nginx"]["volumes"]
+    for name in WEB_SERVICES:
+        assert "web-down:/srv/web-down" in services[name]["volumes"], name
+    assert "web-down" in compose["volumes"]
+    entrypoint = (DOCKER / "entrypoint.sh").read_text()
+    assert "python manage.py web_down_pages /srv/web-down" in entrypoint
+    assert any("/srv/web-down" in line and "chown lab:lab" in line for line in _dockerfile_lines())
+
+
 @pytest.mark.integration
 def test_debians_nginx_accepts_the_compose_files_nginx_conf(tmp_path: Path) -> None:
     """``nginx -t`` on docker/nginx.conf, the services' names made loopback (nothing resolves them here)."""

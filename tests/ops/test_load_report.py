@@ -226,3 +226,41 @@ def test_a_pong_that_never_comes_back_is_counted_lost_and_the_round_still_ends(
 
     result = aio.run(probe())
     assert result.pongs_lost >= 2 and result.ping_in_ms == [] and result.socket_errors == []
+
+
+def test_a_pong_back_late_is_counted_late_with_its_delay_and_not_lost(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pong held up past PONG_WAIT_S (a web process whose loop stalled) is late, not lost: it comes back
+    on the next turn, names its own ping, and is measured; lost is only a pong that never comes."""
+    import asyncio
+    import json
+
+    import websockets
+
+    from labapp.ops.loadtest import traffic
+
+    monkeypatch.setattr(traffic, "PONG_WAIT_S", 0.2)
+    monkeypatch.setattr(traffic, "PING_EVERY_S", 0.05)
+
+    async def slow_first(connection: Any) -> None:
+        turn = 0
+        async for message in connection:
+            ping, turn = json.loads(message), turn + 1
+            if turn == 1:
+                await asyncio.sleep(0.5)  # the first pong held up, then every pong at once
+            pong = {"type": "pong", "sent": ping["sent"], "server_received": ping["sent"]}
+            await connection.send(json.dumps(pong))
+
+    async def probe() -> RoundResult:
+        result, stop = RoundResult(), asyncio.Event()
+        async with websockets.serve(slow_first, "127.0.0.1", 0) as server:
+            port = next(iter(server.sockets)).getsockname()[1]
+            pinger = asyncio.create_task(traffic._pinger(f"http://127.0.0.1:{port}", Person(1, "p", "c"), stop, result))
+            await asyncio.sleep(1.5)
+            stop.set()
+            await asyncio.wait_for(pinger, 2)
+        return result
+
+    result = aio.run(probe())
+    # The first pong is late, and those sent while it was held up may be; none is lost.
+    assert result.pongs_late and result.pongs_late[0] >= 500, result.pongs_late
+    assert result.pongs_lost == 0 and len(result.ping_out_ms) >= 5 and result.socket_errors == []

@@ -21,8 +21,9 @@ from typing import Any
 import httpx
 import pytest
 
+from labapp import said
 from labapp.ops.loadtest.plan import AskResult
-from labapp.ops.rehearsal.report import _losses, failures, jain
+from labapp.ops.rehearsal.report import _losses, _runs, failures, jain
 from tests import aio, harness
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -299,3 +300,32 @@ def test_a_chat_socket_closed_mid_answer_opens_again_as_the_page_does_and_the_le
     assert person.cut_asks == 1 and klass.reopened == 1
     assert [upstream for _at, upstream in browser.sockets] == ["127.0.0.1:1", "127.0.0.1:2"]
     assert browser.sockets[1][0] - browser.sockets[0][0] >= 0.2  # opened again only after the page's pause
+
+
+@pytest.mark.django_db
+def test_the_reports_lab_runs_name_engines_and_errors_in_english_as_the_rest_of_the_report() -> None:
+    """The engine's name and a run's error are kept as keys; the report (English) says them in English,
+    not in the site's Korean ("기본 엔진")."""
+    from django.contrib.auth import get_user_model
+    from django.utils import timezone, translation
+
+    from bench import engines
+    from bench.models import BenchJob
+
+    owner, now, url = get_user_model().objects.create(username="op"), timezone.now(), engines.configured()[0].url
+    BenchJob.objects.create(
+        owner=owner, kind="speed", config={}, engine_url=url, status="done", started_at=now, finished_at=now
+    )
+    with translation.override("ko"):
+        error = BenchJob.error_fields(
+            said.gettext(
+                "측정 엔진(%(engines)s)이 %(seconds)d초 동안 응답하지 않아 실행하지 못했습니다. "
+                "상태 페이지에서 엔진을 확인하고, 엔진이 돌아오면 다시 실행하세요."
+            )
+            % {"engines": url, "seconds": 90}
+        )
+    BenchJob.objects.create(owner=owner, kind="speed", config={}, engine_url=url, status="failed", **error)
+    with translation.override("ko"):
+        runs = _runs([], {j.pk: j for j in BenchJob.objects.all()})
+    assert runs["by_engine"] == {"Default engine": 1}
+    assert len(runs["failed"]) == 1 and "did not answer for 90" in runs["failed"][0]

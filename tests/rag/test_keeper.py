@@ -164,3 +164,39 @@ def test_the_first_token_after_a_stamp_alone_is_written_at_once(monkeypatch: pyt
         return text
 
     assert asyncio.run(stream()) == "프리필"
+
+
+def test_each_write_sends_only_the_fields_changed_since_the_last_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The prompt (kilobytes with its chunks) and the sources are written once, not on every tick; a source
+    changed in place (its token count, set after the prompt is built) is written again."""
+    monkeypatch.setattr(keeper, "TEXT_GAP_S", 0.0)
+    answer = _streaming(get_user_model().objects.create(username="changed-only"))
+    sent: list[set[str]] = []
+    write = keeper._write
+
+    def recording(answer_id: int, fields: dict[str, Any]) -> int:
+        sent.append(set(fields))
+        return write(answer_id, fields)
+
+    monkeypatch.setattr(keeper, "_write", recording)
+    record = RequestRecord()
+    sources: list[dict[str, Any]] = [{"id": "c1", "tokens": None}]
+
+    def row() -> dict[str, Any]:
+        return {"text": record.generated_text, "prompt": "지시문과 자료 " * 500, "sources": sources}
+
+    async def stream() -> None:
+        kept = keeper.Keeper(answer.pk, row)
+        kept.start()
+        for word, tokens in (("프리필", None), ("은", None), (" 한 번에", 42)):
+            record.generated_text += word
+            sources[0]["tokens"] = tokens
+            kept.nudge()
+            await asyncio.sleep(0.15)
+        await kept.stop()
+
+    asyncio.run(stream())
+    assert sent[0] == {"text", "prompt", "sources"} and sent[1:3] == [{"text"}, {"text", "sources"}]
+    saved = _row(answer)
+    assert saved.text == "프리필은 한 번에" and saved.sources == [{"id": "c1", "tokens": 42}]
+    assert saved.prompt.startswith("지시문과 자료")

@@ -389,7 +389,7 @@ CASES = [
         answer_cut_off_by_its_lost_web_process,
     ),
     Case("engine probe that failed", ("bench/engines.py:probe",), engine_probe_that_failed),
-    Case("answer's engine name", ("rag/chat.py:kept",), answer_engine_name),
+    Case("answer's engine name", ("rag/chat.py:_name_form",), answer_engine_name),
 ]
 # Every answer's error and notices are saved in one place, whichever case made them.
 SAVED_BY_EVERY_ANSWER = "rag/conversations.py:answer_finish"

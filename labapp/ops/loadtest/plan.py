@@ -30,7 +30,7 @@ class LoadPlan:
             raise ValueError("the first question's collection size cannot be negative (0: no first question)")
 
 
-PONG_WAIT_S = 5.0  # a ping's pong not back within this is counted lost (traffic._pinger)
+PONG_WAIT_S = 5.0  # the probe waits this long for a pong; one back later is late, one never back lost (traffic._pinger)
 
 FULL = LoadPlan()
 REDUCED = LoadPlan(sockets=12, tab_pairs=3, browsers=6, first_question_chunks=1000)
@@ -66,5 +66,6 @@ class RoundResult:
     client_lag_ms: list[float] = field(default_factory=list)  # the load client's own event loop, every 20 ms
     ping_in_ms: list[float] = field(default_factory=list)  # /ws/ping/: client → server, on the shared clock
     ping_out_ms: list[float] = field(default_factory=list)  # server → channel layer → client
-    pongs_lost: int = 0  # pings whose pong did not come back within PONG_WAIT_S
+    pongs_lost: int = 0  # pings whose pong never came back (sent at least PONG_WAIT_S before the round ended)
+    pongs_late: list[int] = field(default_factory=list)  # ms, pongs back later than PONG_WAIT_S (counted, not lost)
     seconds: float = 0.0

@@ -101,6 +101,7 @@ def report_build(
             "inbound": _pcts([ms for r in rounds for ms in r.ping_in_ms]),
             "outbound": _pcts([ms for r in rounds for ms in r.ping_out_ms]),
             "pongs_lost": sum(r.pongs_lost for r in rounds),
+            "pongs_late_ms": [ms for r in rounds for ms in r.pongs_late],
         },
         "client_loop_lag_ms": _pcts([ms for r in rounds for ms in r.client_lag_ms]),
         "client_ttft_ms": _pcts([a.ttft_ms for a in asks if a.ttft_ms is not None]),
@@ -159,7 +160,8 @@ def table(report: dict[str, Any]) -> str:
         ("  the load client's own event-loop lag (20 ms ticks) p50 / p95, ms", p(report["client_loop_lag_ms"])),
         ("  a ping every 250 ms, client → server p50 / p95, ms", p(report["ping_ms"]["inbound"])),
         ("  the same, server → Redis → client p50 / p95, ms", p(report["ping_ms"]["outbound"])),
-        (f"  pongs that did not come back within {PONG_WAIT_S:g} s", str(report["ping_ms"].get("pongs_lost", 0))),
+        ("  pongs that never came back", str(report["ping_ms"].get("pongs_lost", 0))),
+        (f"  pongs back after more than {PONG_WAIT_S:g} s, ms", str(report["ping_ms"].get("pongs_late_ms", []))),
         ("client TTFT p50 / p95, ms", p(report["client_ttft_ms"])),
         ("client gap between token frames p50 / p95, ms", p(report["client_token_gap_ms"])),
     ]

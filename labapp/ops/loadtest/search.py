@@ -75,8 +75,9 @@ class FirstQuestion:
         sending.close()
         try:
             kind, value = receiving.recv()
-        except EOFError:
-            kind, value = "error", f"its process ended with {child.exitcode} before answering"
+        except EOFError:  # the process died before answering: its exit code exists once it is joined
+            child.join(10)
+            kind, value = "error", f"its process ended (exit code {child.exitcode}) before answering"
         child.join(10)
         if kind == "ok":
             self.seconds = round(value, 2)

@@ -215,24 +215,31 @@ async def _pinger(web: str, person: Person, stop: asyncio.Event, result: RoundRe
     back through the channel layer (Redis), a hop a token frame does not take."""
     url = socket_url(web, "/ws/ping/")
     headers = {"Cookie": person.cookie}
+    waiting: set[float] = set()  # the pings sent whose pong has not come back (each pong names its ping)
     try:
         async with websockets.connect(url, origin=site_origin(web), additional_headers=headers) as socket:
             while not stop.is_set():
-                await socket.send(json.dumps({"type": "ping", "sent": time.time()}))
-                try:  # a pong lost on its way back is counted, not waited for (a run hung on one for minutes)
+                sent = time.time()
+                await socket.send(json.dumps({"type": "ping", "sent": sent}))
+                waiting.add(sent)
+                try:  # not waited on for ever (a run hung on one pong for minutes): a late one comes next turn
                     async with asyncio.timeout(PONG_WAIT_S):
                         frame = json.loads(await socket.recv())
                 except TimeoutError:
-                    result.pongs_lost += 1
                     continue
                 arrived = time.time()
                 if frame.get("type") == "pong":
+                    waiting.discard(frame["sent"])
+                    if arrived - frame["sent"] > PONG_WAIT_S:
+                        result.pongs_late.append(round((arrived - frame["sent"]) * 1000))
                     result.ping_in_ms.append(round((frame["server_received"] - frame["sent"]) * 1000, 1))
                     result.ping_out_ms.append(round((arrived - frame["server_received"]) * 1000, 1))
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), PING_EVERY_S)
     except (OSError, WebSocketException, ValueError, KeyError) as exc:
         result.socket_errors.append(f"ping socket: {type(exc).__name__}: {exc}")
+    # Lost: never came back, though sent long enough before the end to have (not the last one in flight).
+    result.pongs_lost += sum(1 for sent in waiting if time.time() - sent > PONG_WAIT_S)
 
 
 async def round_run(

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from labapp import engine_layout as layout
+from labapp.ops import web_down
 from labapp.ops.stack import components, launch
 from labapp.ops.stack.components import Component
 from labapp.ops.stack.launch import Service, ServiceFailed
@@ -200,6 +201,7 @@ http {{
   scgi_temp_path {dir}/scgi;
   client_max_body_size 6m;
   map $http_upgrade $connection_upgrade {{ default upgrade; '' close; }}
+  {web_down_map}
   upstream lab_web {{
 {servers}
   }}
@@ -207,6 +209,8 @@ http {{
     listen 127.0.0.1:{port};
     # The rehearsal's own: which web process answered (a chat socket's handshake says where it lives).
     add_header X-Lab-Upstream $upstream_addr always;
+    # A request a web process took and never answered: nginx's 502 with the lab's page (labapp/ops/web_down.py).
+{web_down_server}
     location / {{
       proxy_pass http://lab_web;
       proxy_http_version 1.1;
@@ -224,14 +228,25 @@ http {{
 
 def nginx(port: int, web_ports: list[int], folder: Path) -> Component:
     """Debian's nginx in front of the web processes: round robin, websockets upgraded, a web process
-    that refuses connections taken out for 5 s (a request it could not start goes to the other).
+    that refuses connections taken out for 5 s (a request it could not start goes to the other), the
+    lab's page for a request one took and never answered (``web_down``).
     Every answer names the web process behind it (``X-Lab-Upstream``), which the web fault reads."""
     servers = "\n".join(f"    server 127.0.0.1:{p} max_fails=1 fail_timeout=5s;" for p in web_ports)
     user = "user root root;" if os.geteuid() == 0 else ""
 
     def prepare() -> None:
         folder.mkdir(parents=True, exist_ok=True)
-        text = NGINX_CONF.format(dir=folder, user=user, servers=servers, port=port)
+        pages = folder / "web-down"
+        web_down.write(pages)
+        serve_pages = web_down.NGINX_SERVER.replace("{pages}", str(pages))
+        text = NGINX_CONF.format(
+            dir=folder,
+            user=user,
+            servers=servers,
+            port=port,
+            web_down_map=web_down.NGINX_MAP,
+            web_down_server="\n".join(f"    {line}" for line in serve_pages.splitlines()),
+        )
         (folder / "nginx.conf").write_text(text)
 
     return Component(

@@ -75,6 +75,13 @@ def _timing(learners: list[Learner], jobs: dict[int, Any], measuring_engines: in
 
 
 def _runs(learners: list[Learner], jobs: dict[int, Any]) -> dict[str, Any]:
+    from django.utils import translation
+
+    with translation.override("en"):  # the report is in English: engines' names and runs' errors too
+        return _runs_said(learners, jobs)
+
+
+def _runs_said(learners: list[Learner], jobs: dict[int, Any]) -> dict[str, Any]:
     from bench import engines
     from labapp.labs.catalog import states_for
 
@@ -87,8 +94,8 @@ def _runs(learners: list[Learner], jobs: dict[int, Any]) -> dict[str, Any]:
         "status": dict(Counter(j.status for j in jobs.values())),
         "passed": sum(1 for s in states.values() if s.checked_job is not None and s.passed),
         "disturbed": sum(1 for j in ended if j.status == "done" and j.disturbed_cells),
-        "by_engine": dict(Counter(engines.name_of(j.engine_url) for j in ended)),
-        "failed": [f"#{j.pk} {j.error[:160]}" for j in jobs.values() if j.status == "failed"],
+        "by_engine": dict(Counter(str(engines.name_of(j.engine_url)) for j in ended)),
+        "failed": [f"#{j.pk} {j.error_shown[:160]}" for j in jobs.values() if j.status == "failed"],
         # A run may fail when its engine dies (a fault): then it must name the engine, and the
         # learner's run again (``learners._lab``) must end done.
         "failed_unnamed": [
