@@ -19,6 +19,15 @@ from labapp.origins import SameOriginValidator  # noqa: E402
 from labapp.request_threads import KeptRequestThreads  # noqa: E402
 from rag.consumers import ChatConsumer  # noqa: E402
 
+if settings.WEB_WARM_UP:
+    # Before Daphne listens (it imports this module first): the Korean analyser and the embedding model.
+    # Loaded on first use instead, on a thread, they held the interpreter's lock for seconds and stalled
+    # every socket of the process (a just-started web process's first answer was 7.7 s late, docs/performance.md).
+    from rag import embeddings, lexical
+
+    lexical.warm()
+    embeddings.warm()
+
 websocket_urlpatterns = [
     path("ws/ping/", PingConsumer.as_asgi()),
     path("ws/chat/", ChatConsumer.as_asgi(speeds=chat_speeds, engine=chat_engine)),

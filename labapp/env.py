@@ -160,6 +160,12 @@ VARIABLES: dict[str, Variable] = {
             "web: threads kept for pages' synchronous work, reused request after request; 0 = Django's default "
             "(two new threads per request)",
         ),
+        Variable(
+            "WEB_WARM_UP",
+            "true",
+            "web: load the Korean analyser and the embedding model before serving (on first use they hold the "
+            "interpreter's lock for seconds, stalling every socket of the process)",
+        ),
         Variable("REDIS_PORT", "6399", "port of the embedded redis-server"),
         Variable("CHROMA_PORT", "8100", "port of the embedded Chroma server"),
         Variable("VLLM_PORT", "8200", "port of the embedded vLLM engine"),

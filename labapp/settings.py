@@ -234,6 +234,7 @@ STATUS_CACHE_S = env_int("STATUS_CACHE_S", minimum=0, maximum=3600)
 WEB_HOST = env_str("WEB_HOST")
 WEB_PORT = env_int("WEB_PORT", minimum=1, maximum=65535)
 WEB_REQUEST_THREADS = env_int("WEB_REQUEST_THREADS", minimum=0, maximum=1000)  # labapp.request_threads
+WEB_WARM_UP = env_bool("WEB_WARM_UP")  # labapp.asgi: the retrieval models loaded before the web process serves
 VLLM_DTYPE = env_choice("VLLM_DTYPE", ("auto", "bfloat16", "float16", "float32"))
 
 # channels_redis waits for a socket's next message with BZPOPMIN, 5 s at a time on the Redis server.

@@ -18,6 +18,7 @@ with the other.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -237,24 +238,21 @@ def export_onnx(folder: Path | None = None) -> Path:
 _warming: threading.Thread | None = None
 
 
-def warm_in_background() -> None:
-    """Start loading the model (seconds on a CPU) while a learner is still typing.
+def warm() -> None:
+    """The model loaded and run once (the first run of a session sets up its kernels), now: a web process
+    does it before it serves (``labapp.asgi``). An error is left for the first real embedding."""
+    with contextlib.suppress(Exception):
+        get_model().encode(["warm-up"])
 
-    The chat calls this when a socket opens, so the first question's retrieval
-    time is the search itself, not the model's one-time load.
-    """
+
+def warm_in_background() -> None:
+    """``warm`` on a thread, for a process that did not warm before it served: the chat calls this when
+    a socket opens, so the first question's retrieval time is the search itself, not the model's load."""
     global _warming
     with _lock:
         if _warming is not None:
             return
-
-        def load() -> None:
-            try:
-                get_model().encode(["warm-up"])  # the first run of a session sets up its kernels
-            except Exception:  # noqa: S110 - the first real embed reports the error
-                pass
-
-        _warming = threading.Thread(target=load, name="embedding-warm-up", daemon=True)
+        _warming = threading.Thread(target=warm, name="embedding-warm-up", daemon=True)
         _warming.start()
 
 

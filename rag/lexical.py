@@ -25,6 +25,7 @@ metadata too (``chunk``), so a search by BM25 alone needs nothing from Chroma.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -82,24 +83,25 @@ def _kiwi() -> Kiwi:
         return _kiwi_analyser[0]
 
 
+def warm() -> None:
+    """The analyser made and its model read whole (the first analysis reads the rest), now. Both hold the
+    interpreter's lock while they run (1.4–3.7 s and up to 3.4 s measured on this project's 2-core
+    machine): a web process does it before it serves (``labapp.asgi``), since on a thread of a serving
+    process it would stall every socket of the process. An error is left for the first real search."""
+    with contextlib.suppress(Exception):
+        terms("프리필")
+
+
 _warming: list[threading.Thread] = []
 
 
 def warm_in_background() -> None:
-    """Read the analyser's model on a thread of its own, once per process (the chat calls this when its
-    socket opens, as it does ``embeddings.warm_in_background``), so that the first Korean question does
-    not wait a second or more for it."""
+    """``warm`` on a thread of its own, once per process, for a process that did not warm before it
+    served (the chat calls this when its socket opens; nothing to do in a warmed web process)."""
     with _kiwi_lock:
         if _kiwi_analyser or _warming:
             return
-
-        def load() -> None:
-            try:
-                terms("프리필")  # the first analysis reads the rest of the model
-            except Exception:  # noqa: S110 - the first real search reports the error
-                pass
-
-        _warming.append(threading.Thread(target=load, name="kiwi-warm-up", daemon=True))
+        _warming.append(threading.Thread(target=warm, name="kiwi-warm-up", daemon=True))
     _warming[0].start()
 
 

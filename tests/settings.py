@@ -90,6 +90,7 @@ MINIMUM_LAB_RUNS: dict[int, dict[str, object]] = {
 if started_by_tests:
     LAB_RUN_SETTINGS = MINIMUM_LAB_RUNS
 else:
+    WEB_WARM_UP = False  # the test process imports labapp.asgi to drive it, never to serve: no model loads
     # The test process counts the sign-up limits in its own cache, cleared between tests; the tests
     # that need Redis's shared count name the run's Redis themselves (tests/site/test_signup_limits.py).
     # The web servers the run starts share the run's Redis, as a class server's do.
