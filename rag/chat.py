@@ -84,6 +84,7 @@ class AnswerRun:
     language: str
     stall_timeout_s: float
     received_at: float = field(default_factory=time.perf_counter)
+    received_wall: float = 0.0  # the same moment on the wall clock (set from received_at)
     engine: Engine = field(default_factory=Engine)
     record: RequestRecord = field(default_factory=RequestRecord)
     prompt: prompting.Prompt | None = None
@@ -115,6 +116,9 @@ class AnswerRun:
     # Set once vLLM is asked (or the answer ended without asking): the answer's row is written only
     # then, so that the database write never shares the CPU with the steps before the request.
     asked: asyncio.Event = field(default_factory=asyncio.Event, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.received_wall = time.time() - (time.perf_counter() - self.received_at)
 
     def notice(self, code: str, message: str) -> None:
         self.notices.append({"code": code, "message": message})
@@ -183,6 +187,9 @@ class AnswerRun:
             "finish_reason": r.finish_reason,
             # Server side of the websocket: question received → first/last token frame sent.
             "server_first_token_ms": self.ms_since_received(self.first_forward_at),
+            # When the question arrived (epoch seconds): a client on the same clock (`make load`) splits
+            # its websocket delay into the way in and the way out.
+            "received_wall": round(self.received_wall, 4),
             "server_done_ms": self.ms_since_received(self.last_forward_at),
             "estimate": self.estimate,
             "estimate_state": self.estimate_state,

@@ -52,6 +52,8 @@ def test_many_sockets_browsers_and_a_job_at_once_deliver_every_frame_to_its_sock
     assert first["seconds"] is not None and first["under_load"] is not None, first
     assert f"first question at {plan.first_question_chunks} chunks" in text
     assert report["ping_ms"]["inbound"]["n"] > 0 and report["client_loop_lag_ms"]["n"] > 0, report["ping_ms"]
+    # each answer's first-token delay split into its ways in and out (the server's received_wall)
+    assert report["token_delay_ms"]["first_inbound"]["n"] == report["token_delay_ms"]["first"]["n"] > 0
     assert loadtest.failures(report) == []
 
 

@@ -264,3 +264,23 @@ def test_a_pong_back_late_is_counted_late_with_its_delay_and_not_lost(monkeypatc
     # The first pong is late, and those sent while it was held up may be; none is lost.
     assert result.pongs_late and result.pongs_late[0] >= 500, result.pongs_late
     assert result.pongs_lost == 0 and len(result.ping_out_ms) >= 5 and result.socket_errors == []
+
+
+def test_the_first_tokens_delay_is_split_into_the_questions_way_in_and_the_tokens_way_out() -> None:
+    """The server keeps when the question arrived on the wall clock (``received_wall``); the load client,
+    on the same machine's clock, splits the first token's websocket delay into its two ways."""
+    from labapp.ops.loadtest import traffic
+
+    ask = AskResult(socket=0, client_id="x", marker="m")
+    answer = {"status": "done", "timings": {"server_first_token_ms": 500.0, "received_wall": 1000.020}}
+    # sent at wall 1000.000 (perf 10.0); first token frame at perf 10.560: 560 ms, 500 of them the server's
+    traffic._finish(ask, answer, 10.0, [10.560, 10.600], sent_wall=1000.000)
+    assert ask.first_delay_ms == 60.0 and ask.inbound_ms == 20.0
+    delays = report_build_delays([ask])
+    assert delays["first_inbound"]["p50"] == 20.0 and delays["first_outbound"]["p50"] == 40.0
+
+
+def report_build_delays(asks: list[AskResult]) -> dict[str, Any]:
+    from labapp.ops.loadtest.report import _token_delays
+
+    return _token_delays(asks)

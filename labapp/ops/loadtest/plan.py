@@ -48,6 +48,7 @@ class AskResult:
     ttft_ms: float | None = None
     first_delay_ms: float | None = None
     last_delay_ms: float | None = None
+    inbound_ms: float | None = None  # of first_delay_ms: the question's way in (client sent → server received)
     overhead_saved_ms: float | None = None  # what the server's overhead frame sent back
     gaps_ms: list[float] = field(default_factory=list)
     refused: int = 0  # times the chat's admission turned it away (full line); asked again as the page lets

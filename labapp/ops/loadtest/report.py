@@ -34,6 +34,11 @@ def _token_delays(asks: list[Any]) -> dict[str, Any]:
     """The websocket's delay of each answer's first and last token (client's time less the server's)."""
     return {
         "first": _pcts([a.first_delay_ms for a in asks if a.first_delay_ms is not None]),
+        # the first token's delay split: the question's way in (client → server) and the token's way out
+        "first_inbound": _pcts([a.inbound_ms for a in asks if a.inbound_ms is not None]),
+        "first_outbound": _pcts(
+            [a.first_delay_ms - a.inbound_ms for a in asks if a.inbound_ms is not None and a.first_delay_ms is not None]
+        ),
         "last": _pcts([a.last_delay_ms for a in asks if a.last_delay_ms is not None]),
         "slowest": _slowest_delays(asks),
     }
@@ -47,6 +52,7 @@ def _slowest_delays(asks: list[Any], count: int = 8) -> list[dict[str, Any]]:
         {
             "ask": a.client_id,
             "first_ms": a.first_delay_ms,
+            "inbound_ms": a.inbound_ms,
             "last_ms": a.last_delay_ms,
             "refused": a.refused,
             "queued_ms": a.queued_ms,
@@ -128,6 +134,7 @@ def table(report: dict[str, Any]) -> str:
         return f"{stats['p50']} / {stats['p95']} (n={stats['n']})"
 
     a, pages, plan, saved = report["answers"], report["pages"], report["plan"], report["saved"]
+    delays = report["token_delay_ms"]
     rows = [
         ("sockets (two-tab users) / browsers", f"{plan['sockets']} ({plan['tab_pairs']}) / {plan['browsers']}"),
         (
@@ -156,6 +163,8 @@ def table(report: dict[str, Any]) -> str:
         ("  a lab page (/labs/N/) p50 / p95, ms", p(pages["lab_page_ms"])),
         ("  gradebook / lab page, p50 and p95", _ratios(pages["gradebook_ms"], pages["lab_page_ms"])),
         ("websocket token delay, first token p50 / p95, ms", p(report["token_delay_ms"]["first"])),
+        ("  of it the question's way in (client → server) p50 / p95, ms", p(delays["first_inbound"])),
+        ("  and the first token's way out (server → client) p50 / p95, ms", p(delays["first_outbound"])),
         ("websocket token delay, last token p50 / p95, ms", p(report["token_delay_ms"]["last"])),
         ("  the load client's own event-loop lag (20 ms ticks) p50 / p95, ms", p(report["client_loop_lag_ms"])),
         ("  a ping every 250 ms, client → server p50 / p95, ms", p(report["ping_ms"]["inbound"])),

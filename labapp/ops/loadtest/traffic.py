@@ -76,7 +76,7 @@ class _Tab:
         """Send one question, read its frames to the end, then report the client's timings as the page does."""
         self.asks[ask.client_id] = ask
         settings = {"top_k": plan.top_k, "max_tokens": plan.max_tokens}
-        sent = time.perf_counter()
+        sent, sent_wall = time.perf_counter(), time.time()
         await socket.send(json.dumps({"type": "ask", "id": ask.client_id, "question": question, "settings": settings}))
         token_at: list[float] = []
         while True:
@@ -86,7 +86,7 @@ class _Tab:
                 # The chat page's "ask again" button unlocks after retry_s: a learner presses it then.
                 ask.refused += 1
                 await asyncio.sleep(frame.get("retry_s") or REFUSED_RETRY_S)
-                sent = time.perf_counter()
+                sent, sent_wall = time.perf_counter(), time.time()
                 await socket.send(
                     json.dumps({"type": "ask", "id": ask.client_id, "question": question, "settings": settings})
                 )
@@ -103,7 +103,7 @@ class _Tab:
                 ask.status, ask.error = "error", str(frame.get("error"))
                 break
             elif frame["type"] == "done":
-                _finish(ask, frame["answer"], sent, token_at)
+                _finish(ask, frame["answer"], sent, token_at, sent_wall)
                 break
         if ask.status != "done" or ask.answer_id is None:
             return
@@ -158,7 +158,9 @@ async def _open(url: str, origin: Origin, cookie: str, number: int, result: Roun
     raise AssertionError("unreachable")
 
 
-def _finish(ask: AskResult, answer: dict[str, Any], sent: float, token_at: list[float]) -> None:
+def _finish(
+    ask: AskResult, answer: dict[str, Any], sent: float, token_at: list[float], sent_wall: float | None = None
+) -> None:
     ask.status, ask.error, ask.tokens = str(answer.get("status")), str(answer.get("error") or ""), len(token_at)
     if not token_at:
         return
@@ -167,6 +169,8 @@ def _finish(ask: AskResult, answer: dict[str, Any], sent: float, token_at: list[
     last_ms = (token_at[-1] - sent) * 1000
     if timings.get("server_first_token_ms") is not None:
         ask.first_delay_ms = round(ask.ttft_ms - timings["server_first_token_ms"], 1)
+        if sent_wall is not None and timings.get("received_wall") is not None:  # one machine: one clock
+            ask.inbound_ms = round((timings["received_wall"] - sent_wall) * 1000, 1)
     if timings.get("server_done_ms") is not None:
         ask.last_delay_ms = round(last_ms - timings["server_done_ms"], 1)
     ask.gaps_ms = [round((b - a) * 1000, 1) for a, b in itertools.pairwise(token_at)]
