@@ -246,11 +246,12 @@ def warm() -> None:
 
 
 def warm_in_background() -> None:
-    """``warm`` on a thread, for a process that did not warm before it served: the chat calls this when
-    a socket opens, so the first question's retrieval time is the search itself, not the model's load."""
+    """``warm`` on a thread, for a process that did not warm before it served (nothing to do in one that
+    did): the chat calls this when a socket opens, so the first question's retrieval time is the search
+    itself, not the model's load."""
     global _warming
     with _lock:
-        if _warming is not None:
+        if _warming is not None or _load.cache_info().currsize:  # warming, or loaded and run already
             return
         _warming = threading.Thread(target=warm, name="embedding-warm-up", daemon=True)
         _warming.start()

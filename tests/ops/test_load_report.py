@@ -13,7 +13,7 @@ from django.core.management.base import CommandError
 from labapp.ops import loadtest
 from labapp.ops.loadtest.cast import Cast, Person
 from labapp.ops.loadtest.plan import AskResult, LoadPlan, RoundResult
-from labapp.ops.loadtest.report import report_build
+from labapp.ops.loadtest.report import _token_delays, report_build
 from labapp.ops.loadtest.search import FirstQuestion
 from tests import aio
 
@@ -202,10 +202,6 @@ def test_a_pong_that_never_comes_back_is_counted_lost_and_the_round_still_ends(
 ) -> None:
     """The ping probe waited on ``recv`` for a pong lost on its way back, and the round never ended (a
     full-size run hung for minutes after its sockets were done). It waits PONG_WAIT_S at most now."""
-    import asyncio
-
-    import websockets
-
     from labapp.ops.loadtest import traffic
 
     monkeypatch.setattr(traffic, "PONG_WAIT_S", 0.2)
@@ -214,17 +210,7 @@ def test_a_pong_that_never_comes_back_is_counted_lost_and_the_round_still_ends(
         async for _message in connection:  # every ping read, none answered
             pass
 
-    async def probe() -> RoundResult:
-        result, stop = RoundResult(), asyncio.Event()
-        async with websockets.serve(swallow, "127.0.0.1", 0) as server:
-            port = next(iter(server.sockets)).getsockname()[1]
-            pinger = asyncio.create_task(traffic._pinger(f"http://127.0.0.1:{port}", Person(1, "p", "c"), stop, result))
-            await asyncio.sleep(1.0)
-            stop.set()
-            await asyncio.wait_for(pinger, 2)
-        return result
-
-    result = aio.run(probe())
+    result = _pinged(swallow, 1.0)
     assert result.pongs_lost >= 2 and result.ping_in_ms == [] and result.socket_errors == []
 
 
@@ -233,8 +219,6 @@ def test_a_pong_back_late_is_counted_late_with_its_delay_and_not_lost(monkeypatc
     on the next turn, names its own ping, and is measured; lost is only a pong that never comes."""
     import asyncio
     import json
-
-    import websockets
 
     from labapp.ops.loadtest import traffic
 
@@ -250,17 +234,7 @@ def test_a_pong_back_late_is_counted_late_with_its_delay_and_not_lost(monkeypatc
             pong = {"type": "pong", "sent": ping["sent"], "server_received": ping["sent"]}
             await connection.send(json.dumps(pong))
 
-    async def probe() -> RoundResult:
-        result, stop = RoundResult(), asyncio.Event()
-        async with websockets.serve(slow_first, "127.0.0.1", 0) as server:
-            port = next(iter(server.sockets)).getsockname()[1]
-            pinger = asyncio.create_task(traffic._pinger(f"http://127.0.0.1:{port}", Person(1, "p", "c"), stop, result))
-            await asyncio.sleep(1.5)
-            stop.set()
-            await asyncio.wait_for(pinger, 2)
-        return result
-
-    result = aio.run(probe())
+    result = _pinged(slow_first, 1.5)
     # The first pong is late, and those sent while it was held up may be; none is lost.
     assert result.pongs_late and result.pongs_late[0] >= 500, result.pongs_late
     assert result.pongs_lost == 0 and len(result.ping_out_ms) >= 5 and result.socket_errors == []
@@ -276,11 +250,26 @@ def test_the_first_tokens_delay_is_split_into_the_questions_way_in_and_the_token
     # sent at wall 1000.000 (perf 10.0); first token frame at perf 10.560: 560 ms, 500 of them the server's
     traffic._finish(ask, answer, 10.0, [10.560, 10.600], sent_wall=1000.000)
     assert ask.first_delay_ms == 60.0 and ask.inbound_ms == 20.0
-    delays = report_build_delays([ask])
+    delays = _token_delays([ask])
     assert delays["first_inbound"]["p50"] == 20.0 and delays["first_outbound"]["p50"] == 40.0
 
 
-def report_build_delays(asks: list[AskResult]) -> dict[str, Any]:
-    from labapp.ops.loadtest.report import _token_delays
+def _pinged(server: Any, seconds: float) -> RoundResult:
+    """The load test's ping probe against ``server`` (a websockets handler) for ``seconds``, then stopped."""
+    import asyncio
 
-    return _token_delays(asks)
+    import websockets
+
+    from labapp.ops.loadtest import traffic
+
+    async def probe() -> RoundResult:
+        result, stop = RoundResult(), asyncio.Event()
+        async with websockets.serve(server, "127.0.0.1", 0) as serving:
+            port = next(iter(serving.sockets)).getsockname()[1]
+            pinger = asyncio.create_task(traffic._pinger(f"http://127.0.0.1:{port}", Person(1, "p", "c"), stop, result))
+            await asyncio.sleep(seconds)
+            stop.set()
+            await asyncio.wait_for(pinger, 2)
+        return result
+
+    return aio.run(probe())

@@ -124,3 +124,12 @@ def test_the_embedding_benchmark_says_when_there_is_no_export(data_dir: Path) ->
 
     with pytest.raises(CommandError, match="export_embedding_onnx"):
         call_command("bench_embedding", questions=2)
+
+
+def test_a_process_whose_model_is_loaded_already_starts_no_warm_up_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A web process warmed before it served (``labapp.asgi``) has the model loaded: the chat socket's
+    ``warm_in_background`` has nothing to do then."""
+    embeddings.get_model()
+    monkeypatch.setattr(embeddings, "_warming", None)
+    embeddings.warm_in_background()
+    assert embeddings._warming is None
