@@ -329,3 +329,31 @@ def test_the_reports_lab_runs_name_engines_and_errors_in_english_as_the_rest_of_
         runs = _runs([], {j.pk: j for j in BenchJob.objects.all()})
     assert runs["by_engine"] == {"Default engine": 1}
     assert len(runs["failed"]) == 1 and "did not answer for 90" in runs["failed"][0]
+
+
+@pytest.mark.django_db
+def test_the_report_names_each_run_not_passed_with_the_checks_it_failed() -> None:
+    """ "56 / 0 of 60" alone leaves the operator guessing: which learner's run, which check, what it saw."""
+    from django.contrib.auth import get_user_model
+    from django.utils import timezone
+
+    from bench import engines
+    from bench.models import BenchJob
+    from labapp.ops.rehearsal.learners import Learner
+
+    user, now = get_user_model().objects.create(username="learner-07"), timezone.now()
+    job = BenchJob.objects.create(
+        owner=user,
+        kind="speed",
+        lab=1,
+        config={},
+        results={"cells": []},
+        engine_url=engines.configured()[0].url,
+        status="done",
+        started_at=now,
+        finished_at=now,
+    )
+    runs = _runs([Learner(7, "learner-07", user_id=user.pk)], {job.pk: job})
+    assert runs["passed"] == 0 and len(runs["not_passed"]) == 1
+    line = runs["not_passed"][0]
+    assert line.startswith(f"learner-07 lab 1 #{job.pk}: ") and len(line) > len(f"learner-07 lab 1 #{job.pk}: ")

@@ -5,8 +5,9 @@ own record; nothing here is a timed pass/fail (``failures`` lists only what was 
   sum of the runs' own times (started → ended) ÷ the measuring engines;
 * each learner's **wait** (asked → started) p50/p95 over learners (each learner's mean wait), and
   **Jain's fairness index** over those means: (Σx)² ÷ (n·Σx²), 1 when every learner waited alike;
-* lab runs **passed** (every check of the run) and **disturbed** (a cell measured while other traffic
-  ran on its engine), and which engine measured how many;
+* lab runs **passed** (every check of the run; each run not passed listed with the checks it failed and
+  what they saw) and **disturbed** (a cell measured while other traffic ran on its engine), and which
+  engine measured how many;
 * chat **TTFT** p50/p95 (question sent → first token frame) during the class;
 * the **web fault** (``faults.fault_web``): the chat sockets on the killed process, whether each opened
   again and to which process, and each answer in flight: saved as what, with its partial text or not;
@@ -86,6 +87,7 @@ def _runs_said(learners: list[Learner], jobs: dict[int, Any]) -> dict[str, Any]:
     from labapp.labs.catalog import states_for
 
     ids = [int(p.user_id or 0) for p in learners]
+    names = {int(p.user_id or 0): p.username for p in learners}
     states = states_for(ids, list(LABS), words=False) if ids else {}
     ended = [j for j in jobs.values() if j.started_at and j.finished_at]
     return {
@@ -93,6 +95,11 @@ def _runs_said(learners: list[Learner], jobs: dict[int, Any]) -> dict[str, Any]:
         "jobs": len(jobs),
         "status": dict(Counter(j.status for j in jobs.values())),
         "passed": sum(1 for s in states.values() if s.checked_job is not None and s.passed),
+        "not_passed": [
+            _failed_checks(names.get(user_id, str(user_id)), user_id, lab)
+            for (user_id, lab), s in states.items()
+            if s.checked_job is not None and not s.passed
+        ],
         "disturbed": sum(1 for j in ended if j.status == "done" and j.disturbed_cells),
         "by_engine": dict(Counter(str(engines.name_of(j.engine_url)) for j in ended)),
         "failed": [f"#{j.pk} {j.error_shown[:160]}" for j in jobs.values() if j.status == "failed"],
@@ -108,6 +115,15 @@ def _runs_said(learners: list[Learner], jobs: dict[int, Any]) -> dict[str, Any]:
             if pk not in jobs or jobs[pk].status != "done"
         ],
     }
+
+
+def _failed_checks(username: str, user_id: int, lab: int) -> str:
+    """Which checks of the learner's latest run of ``lab`` failed, with what each saw."""
+    from labapp.labs.catalog import state_for
+
+    state = state_for(user_id, lab)
+    failed = "; ".join(f"{check.name}: {check.message}" for check in state.checks if check.failed)
+    return f"{username} lab {lab} #{state.checked_job.pk}: {failed or state.missing}"
 
 
 def _losses(klass: Class, learners: list[Learner], jobs: dict[int, Any], access_log: list[str]) -> dict[str, Any]:
@@ -265,6 +281,7 @@ def table(report: dict[str, Any]) -> str:
         ("learner wait p50/p95", _pair(report["wait_s"], " s") + " (each learner's mean wait)"),
         ("Jain's fairness index", _f(report["jain"])),
         ("runs passed / disturbed", f"{runs['passed']} / {runs['disturbed']} of {runs['jobs']}"),
+        *[("  not passed", line[:300]) for line in runs.get("not_passed", [])],
         ("hand-ins accepted / saved", f"{report['handed_in']['accepted']} / {report['handed_in']['saved']}"),
         (
             "chat answers done",
