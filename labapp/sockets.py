@@ -47,6 +47,11 @@ LAYER_TIMEOUT_S = 2.0  # sign-out and connect never wait longer than this on an 
 RETRY_FIRST_S, RETRY_MAX_S = 0.5, 5.0  # a watch whose layer failed tries again after 0.5, 1, 1.5 … 5 s
 
 
+class SessionEnded(Exception):
+    """The socket's session no longer signs its user in: found by a check made on a thread beside other
+    reads (``rag.ask``'s check of a question); the consumer ends the socket (``end_session``)."""
+
+
 def user_group(user_id: object) -> str:
     return f"user-{user_id}"
 

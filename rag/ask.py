@@ -33,7 +33,7 @@ from django.db import close_old_connections
 from django.utils import translation
 from django.utils.translation import gettext as _
 
-from labapp import request_numbers, said
+from labapp import request_numbers, said, sockets
 from rag import access, admission, chat, conversations, keeper, prompting, retrieval
 from rag.models import Answer
 
@@ -169,13 +169,14 @@ class Ask:
         user: AbstractBaseUser,
         language: str,
         client_id: str,
+        session_key: str | None,
         received_at: float,
         send_json: Callable[[Frame], Awaitable[None]],
         engine_of: Callable[[], chat.Engine],
         speeds: SpeedsOf,
         on_end: Callable[[], object],
     ) -> None:
-        self.user, self.language, self.client_id = user, language, client_id
+        self.user, self.language, self.client_id, self.session_key = user, language, client_id, session_key
         self.received_at = received_at  # the panel's server-side clock starts at the frame's arrival
         self.engine_of, self.speeds, self.on_end = engine_of, speeds, on_end
         self.most = int(settings.CHAT_MAX_CONCURRENT_PER_USER)
@@ -205,11 +206,15 @@ class Ask:
             raise Refused(str(exc)) from exc
 
     def _check_reads(self, question: str, raw: Any) -> chat.AnswerRun:
-        """What must be read before searching, on the search's own thread: a first check of the limit
+        """What must be read before searching, on the search's own thread: that the socket's session still
+        signs the learner in (``sockets.SessionEnded`` if not: the socket's check of this frame, made here
+        rather than on a thread hop of its own before the frame is read); a first check of the limit
         of answers at once (``answer_start`` checks it again under a lock), so an ask over it is
         refused before any retrieval is spent on it; for a follow-up, that its conversation and parent
         are the learner's; and the collection asked for, if this learner may search it (the chapter
         and their own need no query)."""
+        if not sockets.session_valid(self.session_key, self.user):
+            raise sockets.SessionEnded
         with translation.override(self.language):
             conversations.streaming_check(self.user, self.most)
             conversations.follow_up_check(self.user, self.conversation_id, self.parent_id)

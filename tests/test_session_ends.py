@@ -35,6 +35,8 @@ from labapp import session_ends, sockets
 from labapp.classes import services
 from labapp.models import Classroom, Membership
 from labapp.session_ends import Event
+from rag import retrieval
+from rag.models import Answer
 from tests import aio
 
 PASSWORD = "correct-horse-battery"  # noqa: S105 - test accounts
@@ -336,6 +338,29 @@ def test_a_socket_refuses_its_next_frame_once_its_session_is_no_longer_valid(
     answered, closed = aio.run(go())
     assert answered["type"] != "websocket.close"  # still valid before the change
     assert closed == {"type": "websocket.close", "code": sockets.CLOSE_SIGNED_OUT}
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("change", [_vanish, _deactivate_by_update, _password_by_update], ids=lambda f: f.__name__)
+def test_a_question_sent_once_the_session_is_no_longer_valid_closes_the_chat_and_nothing_is_searched_or_saved(
+    world: World, settings: Any, monkeypatch: pytest.MonkeyPatch, change: Callable[[User, str], None]
+) -> None:
+    """An ask's session is read on its check's thread (rag.ask), not before the frame: still no work for it."""
+    _use_layer(settings, up=True)
+    client = world.client("learner")
+    searched: list[str] = []
+    monkeypatch.setattr(retrieval, "retrieve", lambda question, **kwargs: searched.append(question))
+    ask = {"type": "ask", "id": "q1", "question": "프리필이란?", "settings": {}}
+
+    async def go() -> dict[str, Any]:
+        socket = _socket(client, "/ws/chat/")
+        assert (await socket.connect())[0]
+        await sync_to_async(change)(world.learner, client.cookies["sessionid"].value)
+        await socket.send_json_to(ask)
+        return dict(await socket.receive_output(timeout=WAIT_S))
+
+    assert aio.run(go()) == {"type": "websocket.close", "code": sockets.CLOSE_SIGNED_OUT}
+    assert searched == [] and not Answer.objects.exists()
 
 
 @pytest.mark.django_db(transaction=True)

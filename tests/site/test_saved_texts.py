@@ -281,7 +281,7 @@ def answer_the_engine_refused(world: World) -> Read:
 def answer_failed_on_an_exception(world: World) -> Read:
     run = _run(world)
     asked = ask.Ask(
-        user=world.learner, language="ko", client_id="c1", received_at=0.0, send_json=_nothing,
+        user=world.learner, language="ko", client_id="c1", session_key=None, received_at=0.0, send_json=_nothing,
         engine_of=chat.Engine, speeds=ask.no_speeds, on_end=lambda: None,
     )  # fmt: skip
     asked.run = run
