@@ -15,9 +15,11 @@ it should start, from the queue's recent runs of the same settings (``places``).
 Dispatch: every job has its own Celery task (``bench.tasks.job_run``, acknowledged late). A task
 calls ``run_next`` for its job's queue, which takes a free engine's lock and runs the job at the
 head of the fair order that may use it, whichever task it belongs to; the task of that job
-finds it finished later and does nothing. A task whose own job still waits asks again. So the
-order is the queue's, not the broker's, an engine never idles while any task of its queue is
-awake, and a job whose task was lost still runs. The engine lock (``bench.engine_lock``) keeps
+finds it finished later and does nothing. A run's end sends the task of the queue's next run at
+once (``bench.tasks.hand_on``); a task whose own job still waits asks again, rarely while a run of
+its queue measures (that run's end will hand on), often while none does. So the order is the
+queue's, not the broker's, an engine is handed on as it frees, and a job whose task was lost
+still runs. The engine lock (``bench.engine_lock``) keeps
 one job per engine; the conditional claim (``bench.jobrun.JobRun.claim``) keeps a job from
 running twice.
 """
@@ -82,6 +84,12 @@ def measuring_urls() -> set[str]:
     """The engines a job is measuring on now (its row says running), without a trailing slash."""
     running = BenchJob.objects.filter(status=BenchJob.Status.RUNNING).values_list("engine_url", flat=True)
     return {_bare(url) for url in running}
+
+
+def measuring_in(queue: Queue) -> bool:
+    """Whether a run of ``queue`` is measuring now (its end will hand the queue on: ``bench.tasks.hand_on``)."""
+    pool, hardware = queue
+    return BenchJob.objects.filter(status=BenchJob.Status.RUNNING, pool=pool, hardware=hardware).exists()
 
 
 # --- the fair order -----------------------------------------------------------------------------

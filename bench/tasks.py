@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 
 # Last resort only: the job itself stops at JOB_TIME_LIMIT_S (results kept) and cuts a hung request off after the grace.
 SOFT_TIME_LIMIT_S = jobrun.JOB_TIME_LIMIT_S + jobrun.HARD_LIMIT_GRACE_S + 60
-WAIT_S = 3  # how soon a task whose job waits for an engine asks again
+WAIT_S = 3  # how soon a task asks again when no run of its queue is measuring (engine down, or being taken)
 
 
 # ignore_result: the job's row is its result; without it every .delay() in a web process also
@@ -34,7 +34,12 @@ WAIT_S = 3  # how soon a task whose job waits for an engine asks again
 )
 def job_run(self, job_id: int) -> str:  # type: ignore[no-untyped-def]
     """Run the head of the job's queue on a free engine (``bench.pools``: perhaps another learner's job,
-    whose own task then finds it finished); ask again while this job still waits."""
+    whose own task then finds it finished); ask again while this job still waits.
+
+    A run's end hands its queue on (``hand_on``): the next run starts then, not at its task's next ask.
+    So while a run of the queue measures, a waiting task asks only every ``BENCH_WAITING_ASK_S``, a
+    fallback; with none measuring (its engines down, or one being taken) every ``WAIT_S``.
+    """
     from bench.models import BenchJob
 
     job = BenchJob.objects.filter(pk=job_id).first()
@@ -42,19 +47,32 @@ def job_run(self, job_id: int) -> str:  # type: ignore[no-untyped-def]
         return "missing"
     if job.status in jobrun.FINISHED:
         return str(job.status)  # a redelivered task for a finished job does nothing, and waits for no lock
+    queue = (job.pool, job.hardware)
     try:
         if job.status == BenchJob.Status.RUNNING:  # delivered again: its worker was lost, or still runs it
             with engine_lock(job.engine_url) as lease:
-                return str(services.job_execute(job_id=job_id, lease=lease).status)
-        ran = pools.run_next((job.pool, job.hardware))
+                ran: BenchJob | None = services.job_execute(job_id=job_id, lease=lease)
+        else:
+            ran = pools.run_next(queue)
     except EngineBusy:  # the engine is measuring, or this job still runs in another worker
         raise self.retry(countdown=WAIT_S) from None  # its turn comes; the page shows its queue position
-    if ran is not None and ran.pk == job_id:
-        return str(ran.status)
+    if ran is not None:
+        hand_on(queue)
+        if ran.pk == job_id:
+            return str(ran.status)
     job.refresh_from_db()
     if job.status in jobrun.FINISHED:
         return str(job.status)  # cancelled while it waited, or no engine of its pool measures
-    raise self.retry(countdown=0 if ran is not None else WAIT_S) from None  # another's job ran: try again now
+    measuring = pools.measuring_in(queue)
+    raise self.retry(countdown=settings.BENCH_WAITING_ASK_S if measuring else WAIT_S) from None
+
+
+def hand_on(queue: pools.Queue) -> None:
+    """A run of ``queue`` has ended and freed its engine: the task of the run first in the queue's fair order
+    is sent now (that task runs whichever run is first when it comes, and hands on after it in turn)."""
+    head = pools.fair_queue(queue)[:1]
+    if head:
+        job_run.delay(head[0].pk)
 
 
 class ReapLostJobs(bootsteps.StartStopStep):

@@ -109,6 +109,12 @@ VARIABLES: dict[str, Variable] = {
             "benchmark jobs: runs wait this long for a measuring engine that does not answer, then fail naming it",
         ),
         Variable(
+            "BENCH_WAITING_ASK_S",
+            "30",
+            "benchmark jobs: while a run of its queue measures, a waiting run's task asks this often "
+            "(a run's end starts the next at once; this is the fallback)",
+        ),
+        Variable(
             "CHAT_MAX_CONCURRENT_PER_USER", "4", "chat: answers one user may have streaming at once, in all their tabs"
         ),
         Variable(

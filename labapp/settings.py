@@ -207,6 +207,7 @@ EMBEDDING_BACKEND = env_choice("EMBEDDING_BACKEND", ("auto", "onnx", "torch"))
 CHAT_TIMEOUT_S = env_int("CHAT_TIMEOUT_S", minimum=1, maximum=3600)
 BENCH_STALE_S = env_int("BENCH_STALE_S", minimum=3, maximum=86400)
 BENCH_ENGINE_DOWN_WAIT_S = env_int("BENCH_ENGINE_DOWN_WAIT_S", minimum=0, maximum=86400)
+BENCH_WAITING_ASK_S = env_int("BENCH_WAITING_ASK_S", minimum=1, maximum=3600)
 CHAT_MAX_CONCURRENT_PER_USER = env_int("CHAT_MAX_CONCURRENT_PER_USER", minimum=1, maximum=1000)
 # Chat admission (rag.admission): answers in flight per engine, the line behind them, the longest wait
 # offered; counted in the stack's Redis, shared by every web process ("" : in each process).

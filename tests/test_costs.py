@@ -28,6 +28,7 @@ BOUNDED: dict[str, str] = {
     # rows made by signed-in learners, each under a per-account limit
     "bench.services.job_create": "BENCH_MAX_ACTIVE_JOBS_PER_USER queued + running (lab runs and the demo too)",
     "bench.services.jobs_reap_stale": "one task per job silent BENCH_STALE_S, sent only by the update that requeues it",
+    "bench.tasks.hand_on": "one task per run that ended: the queue's next run's (a worker's, never a request's)",
     "rag.services.document_upload": "DOCUMENTS_MAX_PER_USER files and DOCUMENTS_MAX_MB_PER_USER MB",
     "bench.services._imported_job": "IMPORTED_MAX_PER_USER imported runs; MAX_RUNS runs a file of MAX_BYTES",
     "rag.services.document_ingest": "one run per uploaded document (re-queued only when superseded)",

@@ -9,6 +9,7 @@ database (``shared_database``), and then kill the worker or restart Redis mid-jo
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -385,14 +386,14 @@ class Stack:
         self.server.start()
         wait_for(lambda: bool(self.client().ping()), "redis-server answers", errors=(redis.RedisError,))
 
-    def start_worker(self) -> Process:
+    def start_worker(self, **env: str) -> Process:
         number = len(self.workers) + 1
         worker = Process(
             [str(components.VENV_BIN / "python"), "-m", "celery", "-A", "labapp", "worker", "-Q", "bench",
              "--concurrency", "1", "-l", "info", "-n", f"faults-{number}-{uuid.uuid4().hex[:6]}@%h",
              "--without-mingle", "--without-gossip"],
             self.tmp / f"worker-{number}.log",
-            {"REDIS_URL": self.url, "BENCH_STALE_S": "3"},
+            {"REDIS_URL": self.url, "BENCH_STALE_S": "3", **env},
         ).start()  # fmt: skip
         self.workers.append(worker)
         return worker
@@ -636,4 +637,49 @@ def test_a_worker_killed_mid_run_in_a_pool_loses_no_waiting_run_and_runs_none_tw
         assert ben.started_at and ana.started_at and ben.started_at < ana.started_at  # never served: Ben first
     finally:
         other.delete()
+        engine.delete()
+
+
+@pytest.mark.integration
+def test_a_runs_end_starts_the_next_waiting_run_though_waiting_tasks_would_ask_only_in_ten_minutes(
+    stack: Stack, owner: User, settings: Any
+) -> None:
+    """bench.tasks.hand_on with real workers: three learners' runs on one engine, two workers whose waiting
+    tasks ask again only every 600 s. Each run's end sends the next run's task, so all three end in turn,
+    and the workers were sent about three tasks a run (its own, one ask while another measured, the hand-on),
+    not one every few seconds for as long as it waited."""
+    from bench.models import Engine
+
+    settings.VLLM_BASE_URL = "http://127.0.0.1:9"  # the pool's engine is a registered one, as in the test above
+    tag = uuid.uuid4().hex[:8]
+    engine = Engine.objects.create(
+        name=f"hand-{tag}", base_url=stack.engine_url, pool=f"hand-{tag}", hardware="scripted", role="measure"
+    )
+    others = [User.objects.create_user(username=f"hand-{who}-{tag}") for who in ("ben", "cho")]
+    try:
+        workers = [stack.start_worker(BENCH_WAITING_ASK_S="600") for _ in range(2)]
+        wait_for(lambda: bool(stack.client().exists("_kombu.binding.bench")), "the workers listen on the bench queue")
+        jobs = [
+            services.job_submit(owner=who, kind="speed", config={"repeats": 1}, engine_url=stack.engine_url)
+            for who in (owner, *others)
+        ]
+
+        def logs() -> str:
+            return "".join(worker.text() for worker in workers)
+
+        def all_ended() -> bool:
+            rows = BenchJob.objects.filter(pk__in=[j.pk for j in jobs])
+            return not rows.filter(status__in=(BenchJob.Status.QUEUED, BenchJob.Status.RUNNING)).exists()
+
+        wait_for(all_ended, "the three runs end one after another", timeout=120)
+        rows = list(BenchJob.objects.filter(pk__in=[j.pk for j in jobs]).order_by("started_at"))
+        assert [j.status for j in rows] == ["done"] * 3, ([j.error for j in rows], logs()[-3000:])
+        assert all(j.attempts == 1 and j.engine_url == stack.engine_url for j in rows)
+        assert "Retry in 600s" in logs()  # a waiting task did ask while another run measured
+        received = len(re.findall(r"Task bench\.tasks\.job_run\[[^\]]+\] received", logs()))
+        print(f"\nthree runs on one engine: {received} job_run deliveries")  # each is logged "received" once
+        assert received <= 3 * 3, logs()[-3000:]
+    finally:
+        for who in others:
+            who.delete()
         engine.delete()

@@ -309,6 +309,43 @@ def test_the_head_job_runs_on_the_free_engine_skipping_a_locked_one_and_records_
 
 
 @pytest.mark.django_db
+def test_a_runs_end_sends_the_next_runs_task_at_once_and_waiting_tasks_ask_rarely_while_a_run_measures(
+    locks: Locks, monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    """bench.tasks.hand_on: the engine is handed on as it frees, so a waiting task's own asks are a fallback:
+    every BENCH_WAITING_ASK_S while a run of its queue measures, every WAIT_S while none does."""
+    monkeypatch.setattr(kinds, "config_for", lambda kind, raw, **options: SMALL)
+    sent: list[int] = []
+    monkeypatch.setattr(tasks.job_run, "delay", sent.append)
+    asks: list[float] = []
+
+    def retry(**options: Any) -> Retry:
+        asks.append(options["countdown"])
+        return Retry()
+
+    monkeypatch.setattr(tasks.job_run, "retry", retry)
+    settings.BENCH_WAITING_ASK_S = 600
+    with scripted.serve(scripted.Script(delay_s=0.001)) as url:
+        Engine.objects.create(name="solo", base_url=url, pool="gpu", hardware="H200", role="measure")
+        ana, ben, cho = learners("ana", "ben", "cho")
+        anas, bens, chos = waiting(ana, GPU), waiting(ben, GPU), waiting(cho, GPU)
+        assert tasks.job_run(anas.pk) == "done"  # Ana's own run, the head; then Ben's task is sent
+        assert sent == [bens.pk] and not asks
+        BenchJob.objects.filter(pk=bens.pk).update(status="running", engine_url=url, started_at=timezone.now())
+        with pytest.raises(Retry):  # Cho's task: Ben's run measures, its end will hand on
+            tasks.job_run(chos.pk)
+        assert asks == [600] and sent == [bens.pk]
+        BenchJob.objects.filter(pk=bens.pk).update(status="done", finished_at=timezone.now())
+        locks.held.add(url)  # free by its rows, but another worker is taking it: nothing measures yet
+        with pytest.raises(Retry):
+            tasks.job_run(chos.pk)
+        assert asks == [600, tasks.WAIT_S] and sent == [bens.pk]
+        locks.held.clear()
+        assert tasks.job_run(chos.pk) == "done"
+        assert sent == [bens.pk]  # nothing waits after Cho's: nothing is sent
+
+
+@pytest.mark.django_db
 def test_a_running_row_keeps_its_engine_busy_and_a_queue_without_measuring_engines_fails_its_jobs(
     locks: Locks,
 ) -> None:

@@ -86,6 +86,9 @@ def test_reduced_class_with_a_web_process_killed_loses_nothing_else(rehearsed: R
     assert chat["done"] == chat["asked"] - chat["cut_by_closed_socket"] >= 8  # each cut one asked again
     assert report["jain"] is not None
     assert report["gradebook"]["learners_listed"] == 4
+    # Read from the workers' logs: every run's own task at least (the pattern still matches Celery's line).
+    assert report["job_tasks_delivered"] >= report["runs"]["jobs"] == 8
+    assert "job_run tasks delivered" in rehearsed.stdout
 
 
 @pytest.mark.integration

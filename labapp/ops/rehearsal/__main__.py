@@ -116,7 +116,7 @@ def main(argv: list[str]) -> int:
         measuring = len(layout.current().measuring)  # the report's ideal makespan divides by it
         found = report.report_build(
             klass, class_s=class_s, measuring_engines=measuring, access_log=servers.access_log(), setup=setup
-        ) | {"faults": faulted}
+        ) | {"faults": faulted, "job_tasks_delivered": servers.job_tasks_delivered()}
     finally:
         servers.stop()
     text = json.dumps(found, indent=1, ensure_ascii=False, default=str)

@@ -267,6 +267,12 @@ def _web_row(web: dict[str, Any]) -> str:
     )
 
 
+def _delivered(tasks: int | None, jobs: int) -> str:
+    if tasks is None:
+        return "—"
+    return f"{tasks} for {jobs} runs" + (f" ({tasks / jobs:.1f} a run)" if jobs else "")
+
+
 def table(report: dict[str, Any]) -> str:
     runs, chat, lost, book = report["runs"], report["chat"], report["lost"], report["gradebook"]
     ratio = _f(report["makespan_over_ideal"])
@@ -280,6 +286,7 @@ def table(report: dict[str, Any]) -> str:
         ("makespan / ideal", f"{_f(report['makespan_s'], ' s')} / {_f(report['ideal_s'], ' s')} = {ratio}"),
         ("learner wait p50/p95", _pair(report["wait_s"], " s") + " (each learner's mean wait)"),
         ("Jain's fairness index", _f(report["jain"])),
+        ("job_run tasks delivered", _delivered(report.get("job_tasks_delivered"), runs["jobs"])),
         ("runs passed / disturbed", f"{runs['passed']} / {runs['disturbed']} of {runs['jobs']}"),
         *[("  not passed", line[:300]) for line in runs.get("not_passed", [])],
         ("hand-ins accepted / saved", f"{report['handed_in']['accepted']} / {report['handed_in']['saved']}"),
