@@ -90,6 +90,12 @@ VARIABLES: dict[str, Variable] = {
             "VLLM_CPU_THREADS", "all", "embedded CPU engine: `all` binds every core, or a count/range such as 0-1"
         ),
         Variable(
+            "VLLM_CPU_NICE",
+            "10",
+            "embedded CPU engines run at this niceness (0-19), so the web processes go first on shared cores; "
+            "0 = as any other process",
+        ),
+        Variable(
             "EMBEDDING_MODEL", "", "sentence-transformers model path or name; empty = the bundled all-MiniLM-L6-v2"
         ),
         Variable(

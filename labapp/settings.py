@@ -168,6 +168,7 @@ VLLM_BASE_URL = (
 # Empty: the embedded engine's model, or whatever the external server lists first.
 VLLM_MODEL = env_str("VLLM_MODEL")
 VLLM_CPU_THREADS = env_str("VLLM_CPU_THREADS")
+VLLM_CPU_NICE = env_int("VLLM_CPU_NICE", minimum=0, maximum=19)
 # The embedded engines: how many, and how many of them only chat (labapp.engine_layout, the one
 # place that knows their ports, cores and roles; ``layout.current()`` reads these back).
 LAB_ENGINES = env_int_or_auto("LAB_ENGINES", layout.machine_count, minimum=1, maximum=64)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -26,6 +28,32 @@ def test_the_engine_is_started_with_the_flags_the_lab_reads(monkeypatch: pytest.
     assert engine.env["VLLM_USE_AOT_COMPILE"] == "0"
     assert engine.env["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0"
     assert engine.external is None and engine.prepare is components.convert_embedded_model
+    assert engine.nice == 10  # VLLM_CPU_NICE's default: the web processes go first on shared cores
+
+
+def test_a_cpu_engine_runs_at_its_niceness_and_a_gpu_one_or_a_zero_setting_does_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(components, "cpu_has_fast_bf16", lambda: False)
+    monkeypatch.setattr(components, "has_nvidia_gpu", lambda: False)
+    with override_settings(VLLM_CPU_NICE=15):
+        assert components.engine().nice == 15
+    with override_settings(VLLM_CPU_NICE=0):
+        assert components.engine().nice == 0
+    monkeypatch.setattr(components, "has_nvidia_gpu", lambda: True)  # a GPU engine's CPU loop feeds the GPU
+    assert components.engine().nice == 0
+    assert components.web().nice == components.worker().nice == 0
+
+
+@pytest.mark.parametrize("nice", [0, 7])
+def test_spawn_starts_the_command_at_the_components_niceness(nice: int) -> None:
+    """The one place a component's process is made (make run's supervisor, the harness, the rehearsal)."""
+    probe = components.Component(
+        name="probe", command=[sys.executable, "-c", "import os; print(os.nice(0))"], env={"PROBE": "1"}, nice=nice
+    )
+    child = components.spawn(probe, stdout=subprocess.PIPE)
+    out, _ = child.communicate(timeout=30)
+    assert int(out) == min(19, os.nice(0) + nice)
 
 
 @pytest.mark.parametrize(

@@ -182,12 +182,13 @@ def supervise(component: Component, refused: str | None = "") -> int:
 def _watch(component: Component) -> tuple[int, bool] | None:
     """Run the component once: None when the wrapper was stopped, else its exit code and whether it had answered."""
     from labapp import starts
+    from labapp.ops.stack.components import spawn
 
     name = component.name
     started = time.monotonic()
     # The component stays in this wrapper's process group: if honcho has to
     # SIGKILL the group, the component goes with it instead of being orphaned.
-    process = subprocess.Popen(component.command, env=os.environ | component.env)
+    process = spawn(component)
     _say(name, f"started (pid {process.pid})")
     starts.begun(name, process.pid)  # the status page reads "starting", not "down", until it answers
     answered = False

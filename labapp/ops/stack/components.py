@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 from django.conf import settings
@@ -45,6 +46,13 @@ class Component:
     ready_timeout_s: float = 60.0
     one_shot: bool = False  # runs to completion, then the wrapper idles
     disabled: str | None = None  # why it is not part of this lab (not started), if it is not
+    nice: int = 0  # the niceness it runs at, it and every thread and process it starts (``spawn``)
+
+
+def spawn(component: Component, **popen: Any) -> subprocess.Popen[bytes]:
+    """Start the component's command at its niceness: the one place a component's process is made."""
+    lower = (lambda: os.nice(component.nice)) if component.nice else None  # in the child, before exec
+    return subprocess.Popen(component.command, env=os.environ | component.env, preexec_fn=lower, **popen)
 
 
 def data_dir(*parts: str) -> Path:
@@ -302,6 +310,9 @@ def engine(spec: layout.EngineSpec | None = None) -> Component:
         ready=ready,
         prepare=None if settings.VLLM_MODEL else convert_embedded_model,
         ready_timeout_s=900.0,
+        # On shared cores the web processes, which mostly wait on the network, go first; a CPU engine's
+        # busy threads take what is left (docs/performance.md: the question's way in, 2026-12-07).
+        nice=0 if gpu else settings.VLLM_CPU_NICE,
     )
 
 

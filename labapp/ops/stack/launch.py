@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 
 from labapp.ops.stack.__main__ import port_in_use, stop_tree
-from labapp.ops.stack.components import BUILDERS, Component
+from labapp.ops.stack.components import BUILDERS, Component, spawn
 
 
 class ServiceFailed(RuntimeError):
@@ -91,9 +91,7 @@ def start_component(component: Component, log_dir: Path, log_name: str | None = 
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{log_name or name}.log"
     log = log_path.open("ab")
-    process = subprocess.Popen(
-        component.command, env=os.environ | component.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-    )
+    process = spawn(component, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     return Service(component, process, log_path, time.monotonic())
 
 
