@@ -40,3 +40,7 @@ def test_the_cpu_engine_and_every_process_and_thread_it_started_run_at_its_nicen
     expected = min(19, os.nice(0) + settings.VLLM_CPU_NICE)
     found = {p.pid: set(_thread_nices(p.pid)) for p in tree}
     assert all(nices == {expected} for nices in found.values()), (expected, found)
+    # Where the kernel shares the CPU between sessions first (autogroup), the engine's session runs at it too.
+    group = Path(f"/proc/{root.pid}/autogroup")
+    if group.exists():
+        assert group.read_text().split()[-1] == str(expected), group.read_text()

@@ -45,15 +45,51 @@ def test_a_cpu_engine_runs_at_its_niceness_and_a_gpu_one_or_a_zero_setting_does_
     assert components.web().nice == components.worker().nice == 0
 
 
+AUTOGROUP = Path("/proc/self/autogroup")  # "/autogroup-N nice K" where the kernel shares the CPU between sessions
+PROBE = (
+    "import os, pathlib; g = pathlib.Path('/proc/self/autogroup');"
+    "print(os.nice(0), g.read_text() if g.exists() else '')"
+)
+
+
+def _probe(nice: int) -> components.Component:
+    return components.Component(name="probe", command=[sys.executable, "-c", PROBE], env={"PROBE": "1"}, nice=nice)
+
+
 @pytest.mark.parametrize("nice", [0, 7])
 def test_spawn_starts_the_command_at_the_components_niceness(nice: int) -> None:
     """The one place a component's process is made (make run's supervisor, the harness, the rehearsal)."""
-    probe = components.Component(
-        name="probe", command=[sys.executable, "-c", "import os; print(os.nice(0))"], env={"PROBE": "1"}, nice=nice
+    ours = AUTOGROUP.read_text() if AUTOGROUP.exists() else ""
+    out, _ = components.spawn(_probe(nice), stdout=subprocess.PIPE).communicate(timeout=30)
+    niceness, group = out.decode().split(" ", 1) if ours else (out.decode(), "")
+    assert int(niceness) == min(19, os.nice(0) + nice)
+    assert group.strip() == ours.strip()  # the caller's session (this test's) is never lowered
+
+
+@pytest.mark.skipif(not AUTOGROUP.exists(), reason="this kernel has no autogroup scheduling")
+@pytest.mark.parametrize("nice", [0, 7])
+def test_a_component_with_a_session_of_its_own_runs_the_session_at_its_niceness(nice: int) -> None:
+    """Niceness counts only inside a session under autogroup scheduling: the web processes (their own sessions)
+    would share the CPU evenly with a niced engine. Both ways a component gets its own session: a new one
+    (the harness, the rehearsal, ``make load``), and honcho's, one per Procfile line (``make run``'s wrapper)."""
+    expected = min(19, os.nice(0) + nice) if nice else 0
+    out, _ = components.spawn(_probe(nice), start_new_session=True, stdout=subprocess.PIPE).communicate(timeout=30)
+    assert out.decode().split()[-1] == str(expected)
+    wrapper = (  # as honcho starts `python -m labapp.ops.stack NAME`: a session leader that spawns the component
+        "import sys; from labapp.ops.stack import components as c;"
+        f"sys.exit(c.spawn(c.Component(name='probe', command=[sys.executable, '-c', {PROBE!r}], nice={nice}),"
+        " own_session=True).wait())"
     )
-    child = components.spawn(probe, stdout=subprocess.PIPE)
-    out, _ = child.communicate(timeout=30)
-    assert int(out) == min(19, os.nice(0) + nice)
+    done = subprocess.run(
+        [sys.executable, "-c", wrapper],
+        cwd=components.ROOT,
+        start_new_session=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert done.stdout.split()[-1] == str(expected), done
 
 
 @pytest.mark.parametrize(

@@ -188,7 +188,8 @@ def _watch(component: Component) -> tuple[int, bool] | None:
     started = time.monotonic()
     # The component stays in this wrapper's process group: if honcho has to
     # SIGKILL the group, the component goes with it instead of being orphaned.
-    process = spawn(component)
+    # honcho starts each Procfile line in a session of its own: the component's.
+    process = spawn(component, own_session=True)
     _say(name, f"started (pid {process.pid})")
     starts.begun(name, process.pid)  # the status page reads "starting", not "down", until it answers
     answered = False

@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,10 +50,32 @@ class Component:
     nice: int = 0  # the niceness it runs at, it and every thread and process it starts (``spawn``)
 
 
-def spawn(component: Component, **popen: Any) -> subprocess.Popen[bytes]:
-    """Start the component's command at its niceness: the one place a component's process is made."""
-    lower = (lambda: os.nice(component.nice)) if component.nice else None  # in the child, before exec
+def spawn(component: Component, *, own_session: bool = False, **popen: Any) -> subprocess.Popen[bytes]:
+    """Start the component's command at its niceness: the one place a component's process is made.
+
+    A niceness counts only against processes of the same session where Linux's autogroup scheduling
+    is on (most distributions' default): the CPU is shared between sessions first. So when the
+    component has a session of its own (``start_new_session``, or ``own_session``: the caller's
+    session is the component's alone, as honcho gives each Procfile line), the session runs at that
+    niceness too. A caller's shared session is never lowered.
+    """
+    whole_session = own_session or bool(popen.get("start_new_session"))
+    lower = (lambda: _lower(component.nice, whole_session)) if component.nice else None  # in the child, before exec
     return subprocess.Popen(component.command, env=os.environ | component.env, preexec_fn=lower, **popen)
+
+
+def _lower(nice: int, whole_session: bool) -> None:
+    os.nice(nice)
+    if not whole_session:
+        return
+    for _ in range(10):  # the kernel takes one autogroup change a tenth of a second, machine-wide
+        try:
+            Path("/proc/self/autogroup").write_text(str(min(19, os.nice(0))))
+            return
+        except BlockingIOError:
+            time.sleep(0.11)
+        except OSError:
+            return  # no autogroup scheduling in this kernel: the niceness alone decides
 
 
 def data_dir(*parts: str) -> Path:
