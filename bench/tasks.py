@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from celery import bootsteps, shared_task
@@ -65,6 +66,12 @@ def job_run(self, job_id: int) -> str:  # type: ignore[no-untyped-def]
         return str(job.status)  # cancelled while it waited, or no engine of its pool measures
     measuring = pools.measuring_in(queue)
     raise self.retry(countdown=settings.BENCH_WAITING_ASK_S if measuring else WAIT_S) from None
+
+
+def deliveries_logged(worker_log: str) -> int:
+    """How many times a worker was handed a ``job_run`` task, read from its log (Celery logs each delivery,
+    a retry included, as "Task <name>[<id>] received" once)."""
+    return len(re.findall(rf"Task {re.escape(job_run.name)}\[[^\]]+\] received", worker_log))
 
 
 def hand_on(queue: pools.Queue) -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import glob
 import os
 import pwd
-import re
 import secrets
 import shlex
 import shutil
@@ -359,11 +358,12 @@ class Cluster:
     def job_tasks_delivered(self) -> int:
         """How many times the workers were handed a ``job_run`` task (each logs "received" once; a retry is one
         more): what the queue's dispatch costs the broker and the workers, beside the runs it started."""
-        pattern = re.compile(r"Task bench\.tasks\.job_run\[[^\]]+\] received")
+        from bench.tasks import deliveries_logged
+
         found = 0
         for name in ("worker-a", "worker-b"):
             try:
-                found += len(pattern.findall((self.log_dir / f"{name}.log").read_text(errors="replace")))
+                found += deliveries_logged((self.log_dir / f"{name}.log").read_text(errors="replace"))
             except OSError:
                 continue
         return found

@@ -65,12 +65,12 @@ def spawn(component: Component, *, own_session: bool = False, **popen: Any) -> s
 
 
 def _lower(nice: int, whole_session: bool) -> None:
-    os.nice(nice)
+    level = os.nice(nice)  # the niceness now, at most 19
     if not whole_session:
         return
     for _ in range(10):  # the kernel takes one autogroup change a tenth of a second, machine-wide
         try:
-            Path("/proc/self/autogroup").write_text(str(min(19, os.nice(0))))
+            Path("/proc/self/autogroup").write_text(str(level))
             return
         except BlockingIOError:
             time.sleep(0.11)
